@@ -1,0 +1,127 @@
+"""Multi-head self-attention on ``F.scaled_dot_product_attention``, and the mask helpers.
+
+Per head: ``softmax(Q Kᵀ / √Dh + M) V``. The ``1/√Dh`` keeps the variance of a score at about 1
+whatever the head width, so the softmax neither saturates for wide heads nor flattens for narrow
+ones. ``M`` is 0 where attention is allowed and −∞ where it is blocked; we carry it as a boolean
+"may attend" mask (see :mod:`vitbert.nn`) and let SDPA turn it into −∞, so that fused
+flash / memory-efficient kernels are used where the hardware has them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def key_padding_mask(attention_mask: Tensor) -> Tensor:
+    """(B, L) "is a real token" → (B, 1, 1, L) "may attend to this key"."""
+    if attention_mask.dtype != torch.bool:
+        attention_mask = attention_mask != 0
+    return attention_mask[:, None, None, :]
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """Blocked if any rule blocks: the AND of the "may attend" masks (``None`` = allow all)."""
+    combined = None
+    for mask in masks:
+        if mask is None:
+            continue
+        combined = mask if combined is None else combined & mask
+    return combined
+
+
+class QueryKeyTransform(Protocol):
+    """A position scheme that rotates queries and keys (RoPE); never applied to values."""
+
+    def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with a fused QKV projection (timm names: ``qkv``, ``proj``).
+
+    ``forward`` takes an optional boolean mask (True = may attend), an optional ``rotary``
+    transform of q and k, and an optional additive ``bias`` of shape (H, L, L) or (B, H, L, L)
+    (the learned relative-offset bias). A query row whose keys are all blocked would be
+    ``softmax(-inf, ..., -inf) = NaN``; such rows are let attend everywhere and their output is
+    zeroed, so a fully padded sequence gives finite zeros in every precision.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        qkv_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        scale: bool = True,
+    ) -> None:
+        super().__init__()
+        if dim % num_heads != 0:
+            raise ValueError(f"width {dim} is not divisible by {num_heads} heads")
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        # ``scale=False`` exists only for the √d experiment; SDPA takes the factor explicitly.
+        self.scale = 1.0 / math.sqrt(self.head_dim) if scale else 1.0
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        rotary: QueryKeyTransform | None = None,
+        bias: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Return the attended output (B, L, D) and, when asked, the weights (B, H, L, L)."""
+        B, L, D = x.shape
+        qkv = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, L, Dh)
+        if rotary is not None:
+            q, k = rotary(q, k)
+
+        row_is_live = None
+        if mask is not None:
+            mask = mask.expand(B, -1, L, L) if mask.shape[-2] == 1 else mask
+            row_is_live = mask.any(dim=-1, keepdim=True)  # (B, H|1, L, 1)
+            mask = mask | ~row_is_live  # a dead row may attend anywhere; zeroed below
+        attn_mask = mask
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+
+        dropout = self.attn_drop if self.training else 0.0
+        if need_weights:
+            out, weights = _reference_attention(q, k, v, attn_mask, self.scale, dropout)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=self.scale
+            )
+            weights = None
+        if row_is_live is not None:
+            out = out * row_is_live.to(out.dtype)
+            if weights is not None:
+                weights = weights * row_is_live.to(weights.dtype)
+
+        out = out.transpose(1, 2).reshape(B, L, D)  # (B, H, L, Dh) -> (B, L, D)
+        return self.proj_drop(self.proj(out)), weights
+
+
+def _reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float, dropout: float
+) -> tuple[Tensor, Tensor]:
+    """The textbook computation, used when the attention weights themselves are wanted."""
+    scores = (q @ k.transpose(-2, -1)) * scale  # (B, H, L, L)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = scores.float().softmax(dim=-1).to(q.dtype)
+    return F.dropout(weights, dropout) @ v, weights
