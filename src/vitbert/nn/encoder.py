@@ -29,7 +29,7 @@ class DropPath(nn.Module):
 
 
 class Block(nn.Module):
-    """One encoder block; timm's names (``norm1``, ``attn``, ``norm2``, ``mlp``) for weight mapping."""
+    """One encoder block, with timm's names (``norm1``, ``attn``, ``norm2``, ``mlp``)."""
 
     def __init__(
         self,

@@ -60,7 +60,8 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 def _rotary_angles(positions: Tensor, dim: int, base: float) -> Tensor:
     """(L,) positions → (L, dim) angles; channel i and i + dim/2 form one rotating pair."""
-    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)
+    channel = torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device)
+    inv_freq = base ** (-channel / dim)
     angles = positions.float()[:, None] * inv_freq[None, :]  # (L, dim/2)
     return torch.cat((angles, angles), dim=-1)
 
