@@ -1,0 +1,1 @@
+"""The towers and the joint model, built on :mod:`vitbert.nn`."""

@@ -1,0 +1,69 @@
+"""Ways to turn an image into a sequence of tokens: (B, 3, H, W) → (B, N, D).
+
+Every variant exposes ``grid_size`` (rows, cols of the token grid, N = rows × cols), so position
+schemes (learned tables, 2D RoPE, offset bias) can be built for it. The ViT takes one of these
+as its ``patch_embed``: the hybrid ViT is the same ViT with a different module injected.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+class PatchEmbed(nn.Module):
+    """Cut the image into P×P patches with one shared projection: a conv, kernel = stride = P.
+
+    224² at P = 16 gives a 14 × 14 grid: 196 tokens. timm's name ``proj`` keeps weights mappable.
+    """
+
+    def __init__(
+        self, img_size: int | tuple[int, int] = 224, patch_size: int = 16, in_chans: int = 3,
+        embed_dim: int = 768,
+    ) -> None:
+        super().__init__()
+        img_size = _pair(img_size)
+        if img_size[0] % patch_size or img_size[1] % patch_size:
+            raise ValueError(f"image size {img_size} is not a multiple of patch size {patch_size}")
+        self.patch_size = patch_size
+        self.grid_size = (img_size[0] // patch_size, img_size[1] // patch_size)
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.proj(x)  # (B, D, rows, cols)
+        return x.flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+class ConvStem(nn.Module):
+    """Two 3×3 convs, then a P×P patch conv: a little local feature extraction before the tokens.
+
+    For small images (the 40×40 experiments, the 32×32 embedded default), where a bare linear
+    patch projection has too little to work with.
+    """
+
+    def __init__(
+        self, img_size: int | tuple[int, int] = 40, patch_size: int = 4, in_chans: int = 3,
+        embed_dim: int = 64, hidden_dim: int = 32,
+    ) -> None:
+        super().__init__()
+        img_size = _pair(img_size)
+        if img_size[0] % patch_size or img_size[1] % patch_size:
+            raise ValueError(f"image size {img_size} is not a multiple of patch size {patch_size}")
+        self.patch_size = patch_size
+        self.grid_size = (img_size[0] // patch_size, img_size[1] // patch_size)
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_chans, hidden_dim, 3, padding=1, bias=False),
+            nn.BatchNorm2d(hidden_dim),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(hidden_dim, hidden_dim, 3, padding=1, bias=False),
+            nn.BatchNorm2d(hidden_dim),
+            nn.ReLU(inplace=True),
+        )
+        self.proj = nn.Conv2d(hidden_dim, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.proj(self.stem(x))  # (B, D, rows, cols)
+        return x.flatten(2).transpose(1, 2)  # (B, N, D)
