@@ -1,0 +1,139 @@
+"""The MLM collator: tokenise captions, pad per batch, hide 15% of the word pieces.
+
+Why not `transformers.DataCollatorForLanguageModeling` for the masking itself: it draws one
+Bernoulli(0.15) per token from one generator for the whole batch, so (a) a short caption often gets
+no target at all (a 10-piece caption has 0.85**10 = 20% odds), (b) a validation mask depends on
+which other examples share the batch and on worker order, not on the example. We keep its recipe
+(80% [MASK] / 10% random / 10% unchanged, special tokens never targets) but draw the *number* of
+targets per caption (stochastic rounding of 15% of its pieces, at least one) from a generator
+seeded per example when `deterministic=True`. Tokenising and padding are the tokenizer's job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerFast
+
+# Function words and punctuation: most masked pieces are these, and they say little about the
+# picture. `content_mask` in a batch marks targets that are pieces of any *other* word, so the
+# model's accuracy can be reported on the words that need looking.
+_FUNCTION_WORDS = """
+    a an the of in on at to is are was were be been and or but with without while there here it
+    its his her their them they he she we you i this that these those some for from by as into
+    onto over under up down out off near next another other one two three four five many each
+    who which what where has have had do does not no very just s
+"""
+STOP_WORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(".,;:!?'\"-()")
+
+IGNORE_INDEX = -100
+
+
+class MLMCollator:
+    """Turn a list of dataset items into a masked-language-modelling batch.
+
+    Items are dicts `{"image": uint8 (3, S, S), "caption": str, "index": int}`. The batch:
+    `images` uint8 (B, 3, S, S), `input_ids` long (B, T), `attention_mask` bool (B, T),
+    `labels` long (B, T) (-100 where not a target), `content_mask` bool (B, T), `index` long (B,).
+    T is the longest caption in the batch (at most `max_length`), never a fixed length.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerFast,
+        mlm_probability: float = 0.15,
+        whole_word: bool = False,
+        deterministic: bool = False,
+        seed: int = 0,
+        max_length: int = 64,
+        mask_replace_prob: float = 0.8,
+        random_replace_prob: float = 0.1,
+    ):
+        if not 0.0 < mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
+        if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer needs [MASK] and [PAD] (see vitbert.data.tokenizer)")
+        self.tokenizer = tokenizer
+        self.mlm_probability = mlm_probability
+        self.whole_word = whole_word
+        self.deterministic = deterministic
+        self.seed = seed
+        self.max_length = max_length
+        self.mask_replace_prob = mask_replace_prob
+        self.random_replace_prob = random_replace_prob
+        special = set(tokenizer.all_special_ids)
+        # Random replacements are drawn from ordinary pieces only, never from special tokens.
+        self._random_ids = np.array([i for i in range(len(tokenizer)) if i not in special])
+
+    def _rng(self, index: int) -> np.random.Generator:
+        if self.deterministic:  # the mask depends on (seed, example) only
+            return np.random.default_rng([self.seed, int(index)])
+        # Fresh per call from torch's RNG, which Lightning seeds per worker and per epoch.
+        return np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+
+    def _choose_targets(self, word_ids: list[int | None], rng: np.random.Generator) -> np.ndarray:
+        """Positions to predict: ~mlm_probability of the pieces (or of the words), at least one."""
+        units: dict[int, list[int]] = {}
+        for pos, w in enumerate(word_ids):
+            if w is None:  # [CLS], [SEP], padding
+                continue
+            units.setdefault(w if self.whole_word else pos, []).append(pos)
+        groups = list(units.values())
+        if not groups:
+            return np.zeros(0, dtype=np.int64)
+        # Stochastic rounding keeps the expected rate exact; max(1, .) guarantees one target.
+        n = int(np.floor(self.mlm_probability * len(groups) + rng.random()))
+        n = min(max(1, n), len(groups))
+        picked = rng.choice(len(groups), size=n, replace=False)
+        return np.array(sorted(p for g in picked for p in groups[g]), dtype=np.int64)
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        captions = [it["caption"] for it in items]
+        enc = self.tokenizer(
+            captions,
+            padding="longest",
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
+            return_token_type_ids=False,
+        )
+        input_ids = enc["input_ids"].clone()  # (B, T)
+        attention_mask = enc["attention_mask"].bool()  # (B, T)
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        content_mask = torch.zeros_like(attention_mask)
+        index = torch.tensor([int(it["index"]) for it in items], dtype=torch.long)  # (B,)
+
+        for b, item in enumerate(items):
+            rng = self._rng(item["index"])
+            word_ids = enc.word_ids(b)
+            pos = self._choose_targets(word_ids, rng)
+            if len(pos) == 0:
+                continue
+            pos_t = torch.from_numpy(pos)
+            labels[b, pos_t] = input_ids[b, pos_t]
+            # 80% [MASK], 10% a random piece, 10% unchanged (the model cannot trust any input).
+            u = rng.random(len(pos))
+            to_mask = pos[u < self.mask_replace_prob]
+            to_rand = pos[(u >= self.mask_replace_prob)
+                          & (u < self.mask_replace_prob + self.random_replace_prob)]
+            input_ids[b, torch.from_numpy(to_mask)] = self.tokenizer.mask_token_id
+            if len(to_rand):
+                rand_ids = rng.choice(self._random_ids, size=len(to_rand))
+                input_ids[b, torch.from_numpy(to_rand)] = torch.from_numpy(rand_ids).long()
+            caption = captions[b]
+            for p in pos:
+                span = enc.word_to_chars(b, word_ids[p])
+                word = caption[span.start : span.end].lower()
+                content_mask[b, p] = word not in STOP_WORDS
+
+        images = torch.stack([torch.as_tensor(it["image"]) for it in items])  # (B, 3, S, S)
+        return {
+            "images": images,
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "content_mask": content_mask,
+            "index": index,
+        }
