@@ -64,7 +64,7 @@ def to_rgb(img: Image.Image) -> Image.Image:
         a = np.asarray(img, dtype=np.float32)
         hi = 65535.0 if img.mode.startswith("I;16") else max(float(a.max()), 1.0)
         a = np.clip(a / hi * 255.0 + 0.5, 0, 255).astype(np.uint8)
-        return Image.fromarray(a, mode="L").convert("RGB")
+        return Image.fromarray(a).convert("RGB")  # 2-D uint8 -> mode L
     if img.mode == "P" and "transparency" in img.info:
         img = img.convert("RGBA")
     if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):

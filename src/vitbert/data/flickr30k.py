@@ -138,7 +138,7 @@ def parse_token(path: Path) -> Parsed:
             if not tab or not name:
                 bad.append(f"{path.name} line {n}: expected 'name.jpg#k<TAB>caption'")
                 continue
-            pairs.append((name, text))
+            pairs.append((name, text.strip()))
     return Parsed(_group(pairs), bad)
 
 
@@ -161,15 +161,15 @@ def parse_kaggle(path: Path) -> Parsed:
                 continue
             parts = line.split("|", 2)
             if len(parts) == 3:
-                name, text = parts[0].strip(), parts[2]
+                name, text = parts[0].strip(), parts[2].strip()
             elif len(parts) == 2 and (m := _KAGGLE_BROKEN.match(parts[1])):
                 # The known broken row: "2199200615.jpg| 4   A dog ..." lost its second "|".
-                name, text = parts[0].strip(), m.group(2)
+                name, text = parts[0].strip(), m.group(2).strip()
                 repaired.append(f"{path.name} line {n}")
             else:
                 bad.append(f"{path.name} line {n}: expected 'image_name| comment_number| comment'")
                 continue
-            pairs.append((name, text))
+            pairs.append((name, text.strip()))
     return Parsed(_group(pairs), bad, repaired)
 
 
