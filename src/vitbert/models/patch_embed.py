@@ -67,3 +67,59 @@ class ConvStem(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         x = self.proj(self.stem(x))  # (B, D, rows, cols)
         return x.flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+class HybridEmbed(nn.Module):
+    """A ResNet front end whose feature-map cells become the tokens (the ViT paper's R50+ViT-B/16).
+
+    The backbone is timm's ResNetV2 built exactly as timm's hybrid ViTs build it (``StdConv2dSame``
+    weight-standardised convs, GroupNorm, "same" padding, no pre-activation), so the keys under
+    ``backbone`` are timm's ``patch_embed.backbone.*`` and pretrained hybrid weights load unchanged.
+    ``layers=()`` is the stem alone (``vit_tiny_r_s16_p8``): a 7×7/2 conv and a 3×3/2 max pool.
+    A P×P conv ``proj`` (P = 1: one token per cell) maps the feature map to the ViT width.
+    """
+
+    def __init__(
+        self, img_size: int | tuple[int, int] = 224, patch_size: int = 1, in_chans: int = 3,
+        embed_dim: int = 768, layers: tuple[int, ...] = (3, 4, 9),
+    ) -> None:
+        super().__init__()
+        self.backbone, feature_dim, reduction = resnetv2_backbone(tuple(layers), in_chans)
+        img_size = _pair(img_size)
+        step = reduction * patch_size
+        if img_size[0] % step or img_size[1] % step:
+            raise ValueError(
+                f"image size {img_size} is not a multiple of {step} "
+                f"(backbone reduction {reduction} × patch {patch_size})"
+            )
+        self.patch_size = patch_size
+        self.reduction = reduction
+        self.grid_size = (img_size[0] // step, img_size[1] // step)
+        self.proj = nn.Conv2d(feature_dim, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.proj(self.backbone(x))  # (B, C, H/r, W/r) -> (B, D, rows, cols)
+        return x.flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+def resnetv2_backbone(layers: tuple[int, ...], in_chans: int = 3) -> tuple[nn.Module, int, int]:
+    """timm's ResNetV2 as ``timm.models.vision_transformer_hybrid._resnetv2`` makes it.
+
+    Returns (backbone, output channels, total stride). Built from timm's public constructors;
+    the equivalence test against timm's own hybrid ViT keeps the two in step.
+    """
+    from functools import partial
+
+    from timm.layers import StdConv2dSame
+    from timm.models.resnetv2 import ResNetV2, create_resnetv2_stem
+
+    conv_layer = partial(StdConv2dSame, eps=1e-8)
+    if layers:
+        backbone = ResNetV2(
+            layers=layers, num_classes=0, global_pool="", in_chans=in_chans, preact=False,
+            stem_type="same", conv_layer=conv_layer,
+        )
+        info = backbone.feature_info[-1]
+        return backbone, info["num_chs"], info["reduction"]
+    stem = create_resnetv2_stem(in_chans, stem_type="same", preact=False, conv_layer=conv_layer)
+    return stem, 64, 4  # stem_chs=64; 7×7 conv stride 2, then 3×3 max pool stride 2

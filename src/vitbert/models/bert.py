@@ -1,0 +1,75 @@
+"""The BERT text tower: embeddings, the shared pre-norm encoder, and the tied MLM head.
+
+Weight tying: one matrix E (V × D) embeds ids at the bottom and, transposed, scores the
+vocabulary at the top (``logits = h Eᵀ + b``). Every row of E then gets a gradient every step
+(through the softmax's normaliser), not only the rows of the words present in the batch, and the
+model has V·D fewer parameters. The tie is by Parameter identity: ``decoder.weight`` IS
+``embeddings.word.weight``; anything that replaces Parameters (``load_state_dict(assign=True)``,
+``to_empty`` after the meta device) breaks it, so the owner re-ties after every load.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from vitbert.models.config import TextTowerConfig
+from vitbert.nn import Encoder
+
+IMAGE, WORD = 0, 1  # rows of the modality embedding
+
+
+class TextEmbeddings(nn.Module):
+    """Word + learned position + modality ("this is a word" / "this is an image token").
+
+    Image tokens take the modality row only, no text position: the words are numbered from 0
+    whether or not an image precedes them, so a caption reads the same with the image blocked
+    as with no image at all.
+    """
+
+    def __init__(self, vocab_size: int, dim: int, max_len: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        # No ``padding_idx``: padded keys are masked out, and the tied decoder trains every row.
+        self.word = nn.Embedding(vocab_size, dim)
+        self.position = nn.Embedding(max_len, dim)
+        self.modality = nn.Embedding(2, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        """(B, T) ids → (B, T) word-token embeddings (B, T, D)."""
+        T = input_ids.shape[1]
+        if T > self.position.num_embeddings:
+            raise ValueError(f"{T} tokens exceed max_len={self.position.num_embeddings}")
+        positions = torch.arange(T, device=input_ids.device)
+        x = self.word(input_ids) + self.position(positions) + self.modality.weight[WORD]
+        return self.drop(x)  # (B, T, D)
+
+    def image(self, tokens: Tensor) -> Tensor:
+        """(B, N, D) projected image tokens → the same, marked as image tokens."""
+        return self.drop(tokens + self.modality.weight[IMAGE])
+
+
+class TextTower(nn.Module):
+    """Embeddings and the pre-norm encoder; the joint model feeds it [image tokens; words]."""
+
+    def __init__(self, cfg: TextTowerConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.embeddings = TextEmbeddings(vocab_size, cfg.dim, cfg.max_len, cfg.dropout)
+        self.encoder = Encoder(cfg.dim, cfg.depth, cfg.num_heads, cfg.mlp_ratio,
+                               drop=cfg.dropout, attn_drop=cfg.dropout,
+                               drop_path=cfg.drop_path, norm_eps=cfg.norm_eps)
+
+
+class MLMHead(nn.Module):
+    """dense D→D, GELU, LayerNorm, then the vocabulary projection with the tied matrix + a bias."""
+
+    def __init__(self, dim: int, vocab_size: int, norm_eps: float = 1e-6) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+        self.act = nn.GELU()
+        self.norm = nn.LayerNorm(dim, eps=norm_eps)
+        self.decoder = nn.Linear(dim, vocab_size)  # weight replaced by the tie
+
+    def forward(self, h: Tensor) -> Tensor:
+        """(…, D) hidden states → (…, V) logits; run it on the M masked rows only."""
+        return self.decoder(self.norm(self.act(self.dense(h))))

@@ -1,0 +1,145 @@
+"""The ViT image tower: patch embedding → (class token) + learned positions → encoder → pool.
+
+The patch embedding is injected (:func:`build_image_tower` picks it from the config): a conv
+patchify (pure ViT), a ResNet front end (hybrid ViT: the same ViT, a different module), or the
+small conv stem for tiny images. Names follow timm (``patch_embed``, ``cls_token``,
+``pos_embed``), so pretrained timm weights map on by renaming (:mod:`vitbert.models.weights`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from vitbert.models.config import ImageTowerConfig
+from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
+from vitbert.models.weights import WeightReport, load_timm_weights, resample_pos_embed
+from vitbert.nn import Encoder, LearnedPosition
+
+__all__ = ["ViT", "WeightReport", "build_image_tower", "init_transformer_weights",
+           "load_timm_weights"]
+
+log = logging.getLogger(__name__)
+
+
+def init_transformer_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT / timm initialisation: Linear and Embedding ~ N(0, 0.02) (truncated), biases 0."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.trunc_normal_(m.weight, std=std)
+
+
+class ViT(nn.Module):
+    """Image (B, 3, S, S), already normalised → (pooled (B, D), patch tokens (B, N, D)).
+
+    ``pool="cls"`` returns the class token (attention pooling learned by the encoder);
+    ``pool="mean"`` averages the patch tokens after the final LayerNorm. An input of another size
+    than the one the tower was built for works: the position table is resampled (bicubic) to the
+    new grid on the fly. :meth:`normalize` turns uint8 or [0, 1] pixels into the tower's input.
+    """
+
+    def __init__(
+        self,
+        patch_embed: nn.Module,
+        dim: int,
+        depth: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+        class_token: bool = False,
+        pool: Literal["mean", "cls"] = "mean",
+        drop_path: float = 0.0,
+        norm_eps: float = 1e-6,
+        mean: tuple[float, ...] = (0.5, 0.5, 0.5),
+        std: tuple[float, ...] = (0.5, 0.5, 0.5),
+    ) -> None:
+        super().__init__()
+        if pool == "cls" and not class_token:
+            raise ValueError("pool='cls' needs a class token")
+        self.dim, self.pool = dim, pool
+        self.patch_embed = patch_embed
+        self.grid_size: tuple[int, int] = tuple(patch_embed.grid_size)
+        # Pixels per token along each side: to find the grid of an input of another size.
+        self.stride = getattr(patch_embed, "reduction", 1) * patch_embed.patch_size
+        self.num_prefix_tokens = int(class_token)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
+        self.pos_embed = LearnedPosition(self.num_prefix_tokens + self.num_patches, dim)
+        self.encoder = Encoder(dim, depth, num_heads, mlp_ratio, drop_path=drop_path,
+                               norm_eps=norm_eps)
+        # Pixel statistics belong to the weights; not saved (they come from the config).
+        self.register_buffer("pixel_mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+        init_transformer_weights(self.encoder)
+        if self.cls_token is not None:
+            nn.init.normal_(self.cls_token, std=1e-6)
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid_size[0] * self.grid_size[1]
+
+    def normalize(self, images: Tensor) -> Tensor:
+        """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S) → (x − mean) / std."""
+        if images.dtype == torch.uint8:
+            images = images.float() / 255.0
+        return (images - self.pixel_mean) / self.pixel_std
+
+    def positions(self, grid: tuple[int, int]) -> Tensor:
+        """(1, prefix + rows·cols, D): the learned table, resampled when ``grid`` is new."""
+        table = self.pos_embed.weight
+        if tuple(grid) == self.grid_size:
+            return table
+        p = self.num_prefix_tokens
+        cells = resample_pos_embed(table[:, p:], self.grid_size, grid)
+        return torch.cat((table[:, :p], cells), dim=1)
+
+    def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        B, _, H, W = images.shape
+        if H % self.stride or W % self.stride:
+            raise ValueError(f"{H}×{W} pixels do not tile into {self.stride}-pixel tokens; "
+                             f"use a multiple of {self.stride}")
+        grid = (H // self.stride, W // self.stride)
+        x = self.patch_embed(images)  # (B, N, D)
+        if self.cls_token is not None:
+            x = torch.cat((self.cls_token.expand(B, -1, -1), x), dim=1)  # (B, 1 + N, D)
+        x = x + self.positions(grid)
+        x = self.encoder(x)  # (B, prefix + N, D)
+        tokens = x[:, self.num_prefix_tokens:]  # (B, N, D)
+        pooled = x[:, 0] if self.pool == "cls" else tokens.mean(dim=1)  # (B, D)
+        return pooled, tokens
+
+
+def build_patch_embed(cfg: ImageTowerConfig) -> nn.Module:
+    """The module that turns pixels into tokens, by ``cfg.kind``."""
+    if cfg.kind == "vit":
+        return PatchEmbed(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim)
+    if cfg.kind == "hybrid":
+        return HybridEmbed(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim,
+                           cfg.hybrid_layers)
+    if cfg.kind == "conv_stem":
+        return ConvStem(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim,
+                        cfg.stem_hidden_dim)
+    raise ValueError(f"unknown image tower kind {cfg.kind!r}; choose vit, hybrid or conv_stem")
+
+
+def build_image_tower(cfg: ImageTowerConfig, load_pretrained: bool = True) -> ViT:
+    """A ViT for ``cfg``; with ``cfg.pretrained`` set (and ``load_pretrained``), timm weights in it.
+
+    Pass ``load_pretrained=False`` when the weights will be overwritten anyway (loading one of
+    our own checkpoints), so that no download is attempted.
+    """
+    tower = ViT(
+        build_patch_embed(cfg), cfg.dim, cfg.depth, cfg.num_heads, cfg.mlp_ratio,
+        cfg.class_token, cfg.pool, cfg.drop_path, cfg.norm_eps, cfg.mean, cfg.std,
+    )
+    if cfg.pretrained and load_pretrained:
+        report = load_timm_weights(tower, cfg.pretrained)
+        log.info("image tower: %s", report)
+        if report.missing:
+            log.warning("image tower weights incomplete: %s", report)
+    return tower

@@ -1,0 +1,129 @@
+"""The joint model: the tie, the photo's influence, sparse logits, save / load, precision."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from vitbert.models import VitBert
+
+
+def _tied(model: VitBert) -> bool:
+    return model.mlm_head.decoder.weight is model.text.embeddings.word.weight
+
+
+def test_tie_after_construction(model):
+    assert _tied(model)
+    names = [name for name, _ in model.named_parameters()]
+    assert "mlm_head.decoder.weight" not in names  # counted once
+    assert "mlm_head.decoder.bias" in names
+
+
+def test_tie_after_load_state_dict(model, tiny_config):
+    other = VitBert(tiny_config())
+    other.load_state_dict(model.state_dict())
+    assert _tied(other)
+    torch.testing.assert_close(other.text.embeddings.word.weight, model.text.embeddings.word.weight)
+
+
+def test_tie_after_assign_load_and_meta_construction(model, tiny_config):
+    with torch.device("meta"):
+        other = VitBert(tiny_config())
+    other.load_state_dict(model.state_dict(), assign=True)  # replaces Parameters; hook re-ties
+    assert _tied(other)
+    other.mlm_head.decoder.weight = torch.nn.Parameter(other.mlm_head.decoder.weight.clone())
+    assert not _tied(other)
+    other.tie_weights()
+    assert _tied(other)
+
+
+def test_save_pretrained_round_trip(tmp_path, model, batch):
+    input_ids, attention_mask, images, _ = batch
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "config.json").is_file()
+    loaded = VitBert.from_pretrained(tmp_path).eval()
+    assert _tied(loaded)
+    assert loaded.config == model.config
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids, attention_mask, images),
+                                   model(input_ids, attention_mask, images), rtol=0, atol=0)
+
+
+def test_from_pretrained_never_loads_timm_weights(tmp_path, tiny_config):
+    config = tiny_config()
+    config.image = dataclasses.replace(config.image, pretrained=str(tmp_path / "absent.pth"))
+    VitBert(config, load_pretrained=False).save_pretrained(tmp_path / "m")
+    loaded = VitBert.from_pretrained(tmp_path / "m")  # would raise FileNotFoundError otherwise
+    assert loaded.config.image.pretrained.endswith("absent.pth")
+
+
+def test_the_photo_changes_the_logits_at_the_mask(model, batch):
+    input_ids, attention_mask, images, target_mask = batch
+    with torch.no_grad():
+        a = model(input_ids, attention_mask, images, target_mask=target_mask)
+        b = model(input_ids, attention_mask, images.flip(0), target_mask=target_mask)
+    assert a.shape == (3, 50)
+    assert (a - b).abs().max() > 1e-4
+
+
+def test_no_image_equals_image_blocked(model, batch):
+    input_ids, attention_mask, images, _ = batch
+    blocked = torch.zeros(2, model.num_image_tokens, dtype=torch.bool)
+    with torch.no_grad():
+        without = model(input_ids, attention_mask)
+        hidden = model(input_ids, attention_mask, images, image_mask=blocked)
+    torch.testing.assert_close(hidden, without, atol=1e-5, rtol=1e-5)
+
+
+def test_sparse_logits_equal_full_logits_gathered(model, batch):
+    input_ids, attention_mask, images, target_mask = batch
+    with torch.no_grad():
+        full = model(input_ids, attention_mask, images)
+        sparse = model(input_ids, attention_mask, images, target_mask=target_mask)
+    assert full.shape == (2, 7, 50)
+    torch.testing.assert_close(sparse, full[target_mask], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("image_tokens", "n"), [("pooled", 1), ("patches", 4)])
+def test_pooled_and_patch_image_tokens(image_tokens, n, batch, tiny_config):
+    input_ids, attention_mask, images, _ = batch
+    model = VitBert(tiny_config(image_tokens=image_tokens, projector_norm=True)).eval()
+    assert model.num_image_tokens == n
+    assert model.encode_image(images).shape == (2, n, 24)
+    logits, attention = model(input_ids, attention_mask, images, return_attention=True)
+    assert logits.shape == (2, 7, 50)
+    assert len(attention) == 2 and attention[0].shape == (2, 2, n + 7, n + 7)
+    # Padded words are never attended to; blocked image tokens neither.
+    image_mask = torch.ones(2, n, dtype=torch.bool)
+    image_mask[0] = False
+    _, attention = model(input_ids, attention_mask, images, image_mask, return_attention=True)
+    assert attention[0][1, :, :, n + 5:].abs().max() == 0
+    assert attention[0][0, :, :, :n].abs().max() == 0
+
+
+def test_uint8_and_unit_float_pixels_agree(model, batch):
+    _, _, images, _ = batch
+    with torch.no_grad():
+        torch.testing.assert_close(model.encode_image(images),
+                                   model.encode_image(images.float() / 255))
+
+
+def test_bf16_autocast_is_finite_and_trains(batch, tiny_config):
+    input_ids, attention_mask, images, target_mask = batch
+    model = VitBert(tiny_config(image_tokens="patches"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(input_ids, attention_mask, images, target_mask=target_mask)
+    assert torch.isfinite(logits).all()
+    loss = torch.nn.functional.cross_entropy(logits.float(), input_ids[target_mask])
+    loss.backward()
+    word = model.text.embeddings.word.weight
+    assert torch.isfinite(word.grad).all()
+    assert (word.grad.abs().sum(dim=1) > 0).float().mean() > 0.9  # tied: almost every row learns
+    assert model.image_tower.patch_embed.proj.weight.grad.abs().sum() > 0
+    assert word.dtype == torch.float32  # the model never casts its own weights
+
+
+def test_text_only_input_too_long_is_an_error(model):
+    ids = torch.ones(1, 13, dtype=torch.long)
+    with pytest.raises(ValueError, match="max_len"):
+        model(ids, torch.ones_like(ids, dtype=torch.bool))

@@ -1,0 +1,165 @@
+"""The image tower against timm: same features from the same weights, and full key coverage."""
+
+import pytest
+import torch
+
+from vitbert.models import ImageTowerConfig, build_image_tower, load_timm_weights
+from vitbert.models.weights import resample_pos_embed
+
+timm = pytest.importorskip("timm")
+
+
+def _tower(**kw):
+    return build_image_tower(ImageTowerConfig(**kw), load_pretrained=False).eval()
+
+
+def _assert_same_features(ours, theirs, image_size, atol=1e-5):
+    x = torch.randn(2, 3, image_size, image_size)
+    with torch.no_grad():
+        expected = theirs.forward_features(x)  # (B, 1 + N, D), after the final norm
+        pooled, tokens = ours(x)
+    torch.testing.assert_close(tokens, expected[:, 1:], atol=atol, rtol=1e-5)
+    torch.testing.assert_close(pooled, expected[:, 0], atol=atol, rtol=1e-5)
+
+
+def _timm(name, **kw):
+    return timm.create_model(name, pretrained=False, **kw).eval()
+
+
+def test_vit_tiny_matches_timm():
+    theirs = _timm("vit_tiny_patch16_224", img_size=64, depth=3)
+    ours = _tower(kind="vit", image_size=64, patch_size=16, dim=192, depth=3, num_heads=3,
+                  class_token=True, pool="cls")
+    report = load_timm_weights(ours, theirs.state_dict())
+    assert report.missing == []
+    assert {k.split(".")[0] for k in report.unexpected} == {"head"}
+    _assert_same_features(ours, theirs, 64)
+
+
+def test_hybrid_stem_only_matches_timm():
+    """vit_tiny_r_s16_p8: the ResNetV2 stem alone, then 8×8 patches over its feature map."""
+    theirs = _timm("vit_tiny_r_s16_p8_224", img_size=64, depth=2)
+    ours = _tower(kind="hybrid", image_size=64, patch_size=8, hybrid_layers=(), dim=192,
+                  depth=2, num_heads=3, class_token=True, pool="cls")
+    assert ours.grid_size == tuple(theirs.patch_embed.grid_size)
+    report = load_timm_weights(ours, theirs.state_dict())
+    assert report.missing == []
+    _assert_same_features(ours, theirs, 64)
+
+
+def test_hybrid_r50_stages_match_timm():
+    """R50 stages (3, 4, 9) at a narrow width and 64 px: the stage keys and strides line up."""
+    theirs = _timm("vit_base_r50_s16_224", img_size=64, depth=1, embed_dim=64, num_heads=2)
+    ours = _tower(kind="hybrid", image_size=64, patch_size=1, hybrid_layers=(3, 4, 9), dim=64,
+                  depth=1, num_heads=2, class_token=True, pool="cls")
+    assert ours.grid_size == (4, 4)
+    report = load_timm_weights(ours, theirs.state_dict())
+    assert report.missing == []
+    _assert_same_features(ours, theirs, 64, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("name", "image"),
+    [
+        ("vit_base_patch16_224", dict(kind="vit", patch_size=16)),
+        ("vit_base_r50_s16_224", dict(kind="hybrid", patch_size=1, hybrid_layers=(3, 4, 9))),
+    ],
+)
+def test_base_size_mapping_covers_every_tensor(name, image):
+    """Full-size models on the meta device: no memory, no compute, every key and shape checked."""
+    with torch.device("meta"):
+        theirs = timm.create_model(name, pretrained=False)
+        ours = build_image_tower(
+            ImageTowerConfig(image_size=224, dim=768, depth=12, num_heads=12, class_token=True,
+                             pool="cls", **image),
+            load_pretrained=False,
+        )
+    report = load_timm_weights(ours, theirs.state_dict())
+    assert report.missing == []
+    assert all(key.startswith("head.") for key in report.unexpected)  # the classifier only
+    assert len(report.mapped) == len(ours.state_dict())
+
+
+@pytest.fixture(scope="module")
+def tiny_timm():
+    return _timm("vit_tiny_patch16_224", img_size=32, depth=1)
+
+
+def _tiny_tower(**kw):
+    defaults = dict(kind="vit", image_size=32, patch_size=16, dim=192, depth=1, num_heads=3,
+                    class_token=True, pool="cls")
+    return _tower(**{**defaults, **kw})
+
+
+def test_load_from_safetensors_file(tmp_path, tiny_timm):
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in tiny_timm.state_dict().items()},
+              tmp_path / "vit.safetensors")
+    ours = _tiny_tower()
+    report = load_timm_weights(ours, tmp_path / "vit.safetensors")
+    assert report.missing == [] and "vit.safetensors" in str(report)
+    _assert_same_features(ours, tiny_timm, 32)
+
+
+def test_load_from_nested_pth_file(tmp_path, tiny_timm):
+    state = {f"module.{k}": v for k, v in tiny_timm.state_dict().items()}
+    torch.save({"epoch": 3, "state_dict": state}, tmp_path / "vit.pth")
+    ours = _tiny_tower()
+    report = load_timm_weights(ours, str(tmp_path / "vit.pth"))
+    assert report.missing == []
+    _assert_same_features(ours, tiny_timm, 32)
+
+
+def test_missing_file_is_an_error_not_a_download(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_timm_weights(_tiny_tower(), tmp_path / "absent.safetensors")
+
+
+def test_wrong_width_raises_before_writing(tiny_timm):
+    ours = _tiny_tower(dim=96)
+    before = ours.encoder.norm.weight.clone()
+    with pytest.raises(ValueError, match="do not fit"):
+        load_timm_weights(ours, tiny_timm.state_dict())
+    assert torch.equal(ours.encoder.norm.weight, before)
+
+
+def test_pos_embed_resampled_on_load_and_class_token_dropped(tiny_timm):
+    """A 2×2-grid checkpoint into a mean-pooled 4×4 tower: table resampled, cls row dropped."""
+    ours = _tiny_tower(image_size=64, class_token=False, pool="mean")
+    report = load_timm_weights(ours, tiny_timm.state_dict())
+    assert "cls_token" in report.unexpected
+    assert any("resampled from 2×2 to 4×4" in note for note in report.notes)
+    expected = resample_pos_embed(tiny_timm.pos_embed[:, 1:].detach(), (2, 2), (4, 4))
+    torch.testing.assert_close(ours.pos_embed.weight, expected)
+
+
+def test_resample_identity_and_smoothness():
+    table = torch.randn(1, 9, 8)
+    assert resample_pos_embed(table, (3, 3), (3, 3)) is table
+    # A table that is linear in (row, col) stays close to linear when upsampled.
+    r, c = torch.meshgrid(torch.arange(3.0), torch.arange(3.0), indexing="ij")
+    linear = (r + 2 * c).reshape(1, 9, 1)
+    up = resample_pos_embed(linear, (3, 3), (6, 6)).reshape(6, 6)
+    assert (up[:, 1:] >= up[:, :-1] - 1e-4).all() and (up[1:] >= up[:-1] - 1e-4).all()
+
+
+def test_other_input_size_resamples_positions_on_the_fly():
+    tower = _tower(kind="vit", image_size=32, patch_size=8, dim=32, depth=1, num_heads=2)
+    pooled, tokens = tower(torch.randn(1, 3, 48, 48))
+    assert tokens.shape == (1, 36, 32) and pooled.shape == (1, 32)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        tower(torch.randn(1, 3, 44, 44))
+
+
+@pytest.mark.parametrize("kind", ["vit", "conv_stem"])
+def test_tower_shapes_and_normalize(kind):
+    tower = _tower(kind=kind, image_size=32, patch_size=4, dim=32, depth=1, num_heads=2)
+    assert tower.grid_size == (8, 8)
+    images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    x = tower.normalize(images)
+    torch.testing.assert_close(x, tower.normalize(images.float() / 255))
+    assert x.min() >= -1 and x.max() <= 1
+    pooled, tokens = tower(x)
+    assert pooled.shape == (2, 32) and tokens.shape == (2, 64, 32)
+    torch.testing.assert_close(pooled, tokens.mean(dim=1))
