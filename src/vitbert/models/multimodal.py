@@ -58,14 +58,13 @@ class VitBert(nn.Module):
         super().__init__()
         self.config = config
         text = config.text
-        self.text = TextTower(text, config.vocab_size)
+        self.image_tower = build_image_tower(config.image, load_pretrained)
         self.projector = Projector(config.image.dim, text.dim, config.projector_norm,
                                    text.norm_eps)
+        self.text = TextTower(text, config.vocab_size)
         self.mlm_head = MLMHead(text.dim, config.vocab_size, text.norm_eps)
-        init_transformer_weights(self.text)
-        init_transformer_weights(self.projector)
-        init_transformer_weights(self.mlm_head)
-        self.image_tower = build_image_tower(config.image, load_pretrained)
+        for module in (self.projector, self.text, self.mlm_head):
+            init_transformer_weights(module)
         self.tie_weights()
         # Any load_state_dict over this module (or a parent, e.g. a LightningModule) re-ties.
         self.register_load_state_dict_post_hook(_retie)
