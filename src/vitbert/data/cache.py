@@ -13,13 +13,13 @@ Both data sets (Flickr30k and the generated shapes) are written in this one form
 Rows of images that failed to decode stay in images.npy (zeros) but no caption points at them:
 skipping them would need a second pass or a copy of the whole array.
 
-Why a numpy memmap rather than a `datasets` Arrow dataset saved to disk: measured on this machine
-(2 CPU cores, random access, single process, 4,000 images of 3x224x224; `vitbert.data.cache
-_measure_formats`): numpy memmap ~5,900 images/s, Arrow (fixed-shape uint8 array column,
-`with_format("numpy")`) ~1,150 images/s; written in 0.9 s vs 4.3 s. A memmap read is one slice of
-the page cache that becomes a tensor without a copy through Python objects; Arrow's per-row access
-goes through its table and formatting layers. Arrow would earn its place for variable-sized
-records; ours are all (3, S, S).
+Why a numpy memmap rather than a `datasets` Arrow dataset saved to disk: measured here (2 busy
+CPU cores, one process, random single-image reads of 2,000 images of 3x224x224;
+`vitbert.data.bench.compare_storage`): numpy memmap 14,800 images/s, Arrow (a fixed-shape
+Array3D uint8 column, `with_format("numpy")`) 910 images/s; written in 1.9 s vs 9.3 s. A memmap
+read is one slice of the page cache copied into a tensor; Arrow's row access goes through its
+table, formatting and nested-list layers. Arrow earns its place for variable-sized records; ours
+are all (3, S, S), and the memmap lets every decoding worker write its own rows in place.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def resize_center_crop(img: Image.Image, size: int) -> np.ndarray:
     img = img.resize((nw, nh), Image.Resampling.BICUBIC, reducing_gap=3.0)
     left, top = (nw - size) // 2, (nh - size) // 2
     img = img.crop((left, top, left + size, top + size))
-    return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1)  # (H, W, 3) -> (3, S, S)
+    return np.array(img, dtype=np.uint8).transpose(2, 0, 1)  # (H, W, 3) -> (3, S, S), writable
 
 
 def decode_image(path: str | Path, size: int) -> np.ndarray:

@@ -1,0 +1,128 @@
+"""Data-path measurements: the cached loader against decoding the JPEGs every time, and the
+storage choice behind the cache (numpy memmap against a `datasets` Arrow table).
+
+Used by `scripts/bench.py` (section "data"); kept here so tests and notebooks can call it.
+Without a Flickr30k copy it writes a Flickr-like folder: JPEGs of ~500x375 (Flickr30k's typical
+size) cut from scikit-image's bundled photos, with a results_20130124.token file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+
+from . import flickr30k
+from .cache import CaptionDataset, DecodingDataset
+
+
+def make_jpeg_folder(root: str | Path, n: int = 256, size: tuple[int, int] = (500, 375),
+                     seed: int = 0) -> Path:
+    """A Flickr-like root of n JPEGs (random crops of real photos) and a token annotation file."""
+    from skimage import data as skdata
+
+    root = Path(root)
+    folder = root / "flickr30k-images"
+    folder.mkdir(parents=True, exist_ok=True)
+    photos = [skdata.astronaut(), skdata.chelsea(), skdata.coffee(), skdata.rocket()]
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n):
+        p = photos[i % len(photos)]
+        h, w = p.shape[:2]
+        ch, cw = int(h * rng.uniform(0.6, 1)), int(w * rng.uniform(0.6, 1))
+        y, x = int(rng.integers(h - ch + 1)), int(rng.integers(w - cw + 1))
+        Image.fromarray(p[y : y + ch, x : x + cw]).resize(size).save(folder / f"{i}.jpg",
+                                                                     quality=90)
+        lines += [f"{i}.jpg#{k}\tphoto number {i} caption {k} .\n" for k in range(5)]
+    (root / "results_20130124.token").write_text("".join(lines))
+    return root
+
+
+def _stack(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"images": torch.stack([it["image"] for it in items]),
+            "caption": [it["caption"] for it in items]}
+
+
+def loader_throughput(dataset: Dataset, batch_size: int = 64, num_workers: int = 2,
+                      max_batches: int = 20, collate_fn: Callable | None = None) -> float:
+    """Samples per second a shuffled DataLoader delivers, after one warm-up batch."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                        collate_fn=collate_fn or _stack, persistent_workers=False)
+    it = iter(loader)
+    next(it)  # worker start-up is not throughput
+    n, t0 = 0, time.perf_counter()
+    for i, batch in enumerate(it):
+        n += len(batch["images"])
+        if i + 1 >= max_batches:
+            break
+    return n / max(time.perf_counter() - t0, 1e-9)
+
+
+def data_benchmark(root: str | Path | None = None, n_images: int = 256, image_size: int = 224,
+                   batch_size: int = 64, num_workers: int = 2, max_batches: int = 20,
+                   workdir: str | Path | None = None) -> dict[str, Any]:
+    """Cached loader vs decode-every-time, same items, same loader settings; samples/s."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(workdir or tmp)
+        if root is None:
+            root = make_jpeg_folder(work / "jpegs", n_images)
+        t0 = time.perf_counter()
+        summary = flickr30k.build_cache(root, work / "cache", image_size, workers=num_workers,
+                                        val_fraction=0.0, test_fraction=0.0)
+        build_s = time.perf_counter() - t0
+        cached = CaptionDataset(work / "cache", "train")
+        img_dir = flickr30k.find_image_dir(Path(root), flickr30k.detect(root)[1],
+                                           [flickr30k.ImageRecord(cached.files[0], [])])
+        decoding = DecodingDataset(cached, lambda row: img_dir / cached.files[row])
+        cached_sps = loader_throughput(cached, batch_size, num_workers, max_batches)
+        decode_sps = loader_throughput(decoding, batch_size, num_workers, max_batches)
+    return {"images": summary["images"], "image_size": image_size, "batch_size": batch_size,
+            "num_workers": num_workers, "cache_build_s": round(build_s, 2),
+            "cached_samples_per_s": round(cached_sps, 1),
+            "decode_samples_per_s": round(decode_sps, 1),
+            "speedup": round(cached_sps / decode_sps, 1)}
+
+
+def compare_storage(n: int = 4000, image_size: int = 224, reads: int = 2000,
+                    seed: int = 0) -> dict[str, float]:
+    """Write n random (3, S, S) uint8 images as a .npy memmap and as an Arrow dataset saved to
+    disk; time the writes and `reads` random single-image reads from each (one process)."""
+    from datasets import Array3D, Features
+    from datasets import Dataset as HFDataset
+
+    rng = np.random.default_rng(seed)
+    imgs = rng.integers(0, 256, (n, 3, image_size, image_size), dtype=np.uint8)
+    order = rng.integers(n, size=reads)
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        mm = np.lib.format.open_memmap(f"{tmp}/images.npy", "w+", np.uint8, imgs.shape)
+        mm[:] = imgs
+        mm.flush()
+        del mm
+        out["memmap_write_s"] = time.perf_counter() - t0
+        mm = np.load(f"{tmp}/images.npy", mmap_mode="r")
+        t0 = time.perf_counter()
+        for i in order:
+            torch.from_numpy(np.array(mm[i]))
+        out["memmap_images_per_s"] = reads / (time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        feats = Features({"image": Array3D((3, image_size, image_size), "uint8")})
+        ds = HFDataset.from_dict({"image": imgs}, features=feats)
+        ds.save_to_disk(f"{tmp}/arrow")
+        out["arrow_write_s"] = time.perf_counter() - t0
+        ds = HFDataset.load_from_disk(f"{tmp}/arrow").with_format("numpy")
+        t0 = time.perf_counter()
+        for i in order:
+            torch.from_numpy(np.asarray(ds[int(i)]["image"]))
+        out["arrow_images_per_s"] = reads / (time.perf_counter() - t0)
+    return {k: round(v, 2) for k, v in out.items()}
