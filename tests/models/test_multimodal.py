@@ -127,3 +127,18 @@ def test_text_only_input_too_long_is_an_error(model):
     ids = torch.ones(1, 13, dtype=torch.long)
     with pytest.raises(ValueError, match="max_len"):
         model(ids, torch.ones_like(ids, dtype=torch.bool))
+
+
+def test_pretrained_file_in_the_config_is_loaded(tmp_path, tiny_config):
+    """config.image.pretrained = a local timm-layout file: the tower starts from it."""
+    source = VitBert(tiny_config(), load_pretrained=False).image_tower
+    timm_layout = {
+        k.removeprefix("encoder.").replace("pos_embed.weight", "pos_embed"): v
+        for k, v in source.state_dict().items()
+    }
+    torch.save(timm_layout, tmp_path / "tower.pth")
+    config = tiny_config()
+    config.image = dataclasses.replace(config.image, pretrained=str(tmp_path / "tower.pth"))
+    model = VitBert(config)
+    for key, value in source.state_dict().items():
+        assert torch.equal(model.image_tower.state_dict()[key], value), key

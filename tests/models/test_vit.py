@@ -163,3 +163,21 @@ def test_tower_shapes_and_normalize(kind):
     pooled, tokens = tower(x)
     assert pooled.shape == (2, 32) and tokens.shape == (2, 64, 32)
     torch.testing.assert_close(pooled, tokens.mean(dim=1))
+
+
+def test_load_by_timm_name_goes_through_create_model(monkeypatch):
+    """The online path, offline: timm.create_model(name, pretrained=True) is intercepted."""
+    calls = []
+
+    def fake_create_model(name, pretrained=False, **kw):
+        calls.append((name, pretrained))
+        return _timm_create(name, pretrained=False, img_size=32, depth=1)
+
+    _timm_create = timm.create_model
+    monkeypatch.setattr(timm, "create_model", fake_create_model)
+    ours = _tiny_tower()
+    ours.pixel_mean.fill_(0.45)  # as if the config said ImageNet statistics
+    report = load_timm_weights(ours, "vit_tiny_patch16_224.augreg_in21k")
+    assert calls == [("vit_tiny_patch16_224.augreg_in21k", True)]
+    assert report.missing == [] and report.source == "timm:vit_tiny_patch16_224.augreg_in21k"
+    assert any("pixel mean" in note for note in report.notes)

@@ -9,6 +9,7 @@ small conv stem for tiny images. Names follow timm (``patch_embed``, ``cls_token
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Literal
 
 import torch
@@ -140,6 +141,6 @@ def build_image_tower(cfg: ImageTowerConfig, load_pretrained: bool = True) -> Vi
     if cfg.pretrained and load_pretrained:
         report = load_timm_weights(tower, cfg.pretrained)
         log.info("image tower: %s", report)
-        if report.missing:
-            log.warning("image tower weights incomplete: %s", report)
+        if report.missing or report.notes:
+            warnings.warn(f"image tower: {report}", stacklevel=2)
     return tower

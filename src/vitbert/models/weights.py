@@ -86,24 +86,29 @@ def timm_key(key: str) -> str | None:
     return None
 
 
-def read_state_dict(source: str | Path | Mapping[str, Tensor]) -> tuple[dict[str, Tensor], str]:
-    """A state dict from a dict, a local file, or a timm model name; plus a printable source."""
+def read_state_dict(
+    source: str | Path | Mapping[str, Tensor],
+) -> tuple[dict[str, Tensor], str, dict]:
+    """A state dict from a dict, a local file, or a timm model name.
+
+    Returns (state dict, printable source, timm's pretrained config or {} when not from timm).
+    """
     if isinstance(source, Mapping):
-        return _unwrap(source), "a state dict"
+        return _unwrap(source), "a state dict", {}
     path = Path(source)
     if path.is_file():
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
 
-            return load_file(str(path)), str(path)
+            return load_file(str(path)), str(path), {}
         loaded = torch.load(path, map_location="cpu", weights_only=True)
-        return _unwrap(loaded), str(path)
+        return _unwrap(loaded), str(path), {}
     if path.suffix in (".safetensors", ".pth", ".pt", ".bin", ".ckpt"):
         raise FileNotFoundError(f"no weight file at {path}")
     import timm
 
     model = timm.create_model(str(source), pretrained=True)
-    return model.state_dict(), f"timm:{source}"
+    return model.state_dict(), f"timm:{source}", dict(model.pretrained_cfg)
 
 
 def _unwrap(state: Mapping) -> dict[str, Tensor]:
@@ -130,8 +135,16 @@ def load_timm_weights(
     reconciled (another width, depth or patch size) raises before anything is written; a position
     table on another grid is resampled, and its class-token row dropped or kept to match ours.
     """
-    state, name = read_state_dict(source)
+    state, name, pretrained_cfg = read_state_dict(source)
     report = WeightReport(source=name)
+    for stat in ("mean", "std"):  # only timm names come with the statistics they were trained on
+        expected = pretrained_cfg.get(stat)
+        if expected is None:
+            continue
+        ours_stat = getattr(tower, f"pixel_{stat}").flatten().tolist()
+        if not torch.allclose(torch.tensor(expected), torch.tensor(ours_stat), atol=1e-3):
+            report.notes.append(f"the weights expect pixel {stat} {tuple(expected)}, the config "
+                                f"says {tuple(round(v, 4) for v in ours_stat)}: set image.{stat}")
     ours = tower.state_dict(keep_vars=True)
     updates: dict[str, Tensor] = {}
     mismatched = []
