@@ -1,0 +1,110 @@
+"""What the 1/√d in attention is for: softmax saturation at wide heads, measured and trained.
+
+    python scripts/experiments/scale.py                    # gates + toy model, 10 epochs, 2 seeds
+    python scripts/experiments/scale.py --epochs 2 --seeds 1
+
+Part 1: for unit-variance q and 64 keys, the largest softmax gate at head width
+d ∈ {1, 4, 16, 64, 256}, with and without ÷√d. Without it the score spread grows as √d and one
+key takes nearly all the weight; with it the largest gate stays where it was at d = 1.
+Part 2: a toy key–value recall model with one head of width 256 (the project's
+``Attention(scale=True / False)``), trained both ways; the table gives the test accuracy.
+
+Writes ``scale.json`` and ``scale.png`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from vitbert.experiments.report import format_table, parser, setup, summarize, write_json
+from vitbert.experiments.scaling import RecallModel, make_recall, max_gate
+from vitbert.experiments.train import train_classifier
+
+WIDTHS = (1, 4, 16, 64, 256)
+NUM_KEYS, TRIALS = 64, 2000
+TOY_DIM, PAIRS, SYMBOLS = 256, 8, 16
+LR, BATCH = 1e-3, 128
+
+
+def gate_table(gates: list[dict]) -> str:
+    lines = [f"Largest of {NUM_KEYS} softmax gates, q, k ~ N(0, I_d), mean of {TRIALS} draws",
+             f"{'d':>5}  {'q·k':>7}  {'q·k/√d':>7}", "-" * 23]
+    lines += [f"{g['d']:>5}  {g['unscaled']:7.3f}  {g['scaled']:7.3f}" for g in gates]
+    return "\n".join(lines)
+
+
+def plot(gates: list[dict], rows: list[dict], path) -> None:
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+
+    fig = Figure(figsize=(10, 3.8))
+    ax_gate, ax_loss = fig.subplots(1, 2)
+    ds = [g["d"] for g in gates]
+    ax_gate.plot(ds, [g["unscaled"] for g in gates], "o-", label="q·k")
+    ax_gate.plot(ds, [g["scaled"] for g in gates], "o-", label="q·k / √d")
+    ax_gate.set(xscale="log", ylim=(0, 1), xlabel="head width d", ylabel="mean max gate",
+                title=f"largest of {NUM_KEYS} softmax gates")
+    ax_gate.set_xticks(ds, [str(d) for d in ds])
+    ax_gate.legend()
+    for row, colour in zip(rows, ("C0", "C1"), strict=True):
+        for seed, losses in zip(row["seeds"], row["train_loss"], strict=True):
+            ax_loss.plot(range(1, len(losses) + 1), losses, color=colour, marker=".",
+                         label=row["label"] if seed == 0 else None)
+    ax_loss.set(yscale="log", xlabel="epoch", ylabel="train loss (mean over epoch)",
+                title=f"key–value recall, one head of width {TOY_DIM}")
+    ax_loss.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = parser("scale", __doc__.split("\n")[0], epochs=10, seeds=2)
+    p.add_argument("--train-size", type=int, default=8000)
+    p.add_argument("--test-size", type=int, default=2000)
+    args = p.parse_args(argv)
+    setup(args)
+    start = time.perf_counter()
+
+    gates = [{"d": d, "unscaled": max_gate(d, False, NUM_KEYS, TRIALS),
+              "scaled": max_gate(d, True, NUM_KEYS, TRIALS)} for d in WIDTHS]
+    print(gate_table(gates))
+
+    train = make_recall(args.train_size, PAIRS, SYMBOLS, seed=10_000)
+    test = make_recall(args.test_size, PAIRS, SYMBOLS, seed=20_000)
+    rows = []
+    for key, label, scale in (("unscaled", "q·k (no scale)", False),
+                              ("scaled", "q·k / √d", True)):
+        accs, losses = [], []
+        for seed in range(args.seeds):
+            torch.manual_seed(seed)
+            model = RecallModel(TOY_DIM, SYMBOLS, scale=scale)
+            result = train_classifier(model, train, test, args.epochs, lr=LR, batch_size=BATCH,
+                                      seed=seed)
+            accs.append(result.test_acc)
+            losses.append(result.train_loss)
+            print(f"  {label:16s} seed {seed}: {100 * result.test_acc:5.1f}%  "
+                  f"({result.seconds:.0f} s)", flush=True)
+        rows.append(summarize(key, label, range(args.seeds), accs, train_loss=losses))
+    print(format_table(rows, f"Key–value recall at d = {TOY_DIM}, test accuracy (%), "
+                             f"{args.epochs} epochs (chance {100 / SYMBOLS:.1f}%)"))
+    total = time.perf_counter() - start
+    print(f"total {total:.0f} s")
+
+    result = {
+        "experiment": "scale",
+        "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
+                   "test_size": args.test_size, "num_keys": NUM_KEYS, "trials": TRIALS,
+                   "toy_dim": TOY_DIM, "pairs": PAIRS, "symbols": SYMBOLS, "lr": LR,
+                   "batch_size": BATCH, "threads": args.threads},
+        "gates": gates,
+        "rows": rows,
+        "seconds": total,
+    }
+    write_json(result, args.out / "scale.json")
+    plot(gates, rows, args.out / "scale.png")
+    return result
+
+
+if __name__ == "__main__":
+    main()

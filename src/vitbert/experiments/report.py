@@ -1,0 +1,75 @@
+"""What every experiment script shares: its command line, its table, its JSON and its bar plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def parser(name: str, description: str, epochs: int, seeds: int) -> argparse.ArgumentParser:
+    """The options every experiment takes: ``--epochs``, ``--seeds``, ``--out``, ``--threads``."""
+    p = argparse.ArgumentParser(
+        prog=f"scripts/experiments/{name}.py", description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--epochs", type=int, default=epochs, help="training epochs per run")
+    p.add_argument("--seeds", type=int, default=seeds, help="runs per row, seeds 0 … n-1")
+    p.add_argument("--out", type=Path, default=Path("outputs/experiments") / name,
+                   help="folder for the JSON results and the PNG plots")
+    p.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 8),
+                   help="torch CPU threads")
+    return p
+
+
+def setup(args: argparse.Namespace) -> None:
+    torch.set_num_threads(max(args.threads, 1))
+    args.out.mkdir(parents=True, exist_ok=True)
+
+
+def summarize(key: str, label: str, seeds: Sequence[int], accs: Sequence[float],
+              **extra: Any) -> dict[str, Any]:
+    """One row of results: per-seed test accuracy and its mean."""
+    return {"key": key, "label": label, "seeds": list(seeds), "test_acc": list(accs),
+            "mean": statistics.fmean(accs), **extra}
+
+
+def format_table(rows: Sequence[dict[str, Any]], title: str) -> str:
+    """Mean and per-seed test accuracy, one line per row, in percent."""
+    width = max(len(r["label"]) for r in rows)
+    n = max(len(r["test_acc"]) for r in rows)
+    head = f"{'':{width}}   mean  " + "  ".join(f"seed{s:<2}" for s in range(n))
+    lines = [title, head, "-" * len(head)]
+    for r in rows:
+        seeds = "  ".join(f"{100 * a:6.1f}" for a in r["test_acc"])
+        lines.append(f"{r['label']:{width}}  {100 * r['mean']:5.1f}  {seeds}")
+    return "\n".join(lines)
+
+
+def write_json(obj: dict[str, Any], path: Path) -> Path:
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+    return path
+
+
+def bar_plot(rows: Sequence[dict[str, Any]], path: Path, title: str, chance: float) -> Path:
+    """Horizontal bars of the mean test accuracy, a dot per seed, a dashed line at chance."""
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+
+    fig = Figure(figsize=(7.5, 0.5 * len(rows) + 1.2))
+    ax = fig.subplots()
+    ys = list(range(len(rows)))[::-1]
+    ax.barh(ys, [100 * r["mean"] for r in rows], color="#9ab", height=0.6)
+    for y, r in zip(ys, rows, strict=True):
+        ax.plot([100 * a for a in r["test_acc"]], [y] * len(r["test_acc"]), "k.", ms=5)
+    ax.axvline(100 * chance, color="grey", ls="--", lw=1)
+    ax.set_yticks(ys, [r["label"] for r in rows])
+    ax.set(xlim=(0, 100), xlabel="test accuracy (%)", title=title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path

@@ -1,0 +1,1 @@
+"""The Lightning side of vitbert: the training system, metrics, optimisers and callbacks."""
