@@ -21,6 +21,7 @@ def test_num_tokens_works_right_after_init_and_the_tokenizer_is_cached(tmp_path)
     dm = _shapes(tmp_path)
     n = dm.num_tokens  # no prepare_data, no setup, no Trainer
     assert 30 < n < 200 and n == len(dm.tokenizer)
+    assert dm.pad_token_id == dm.tokenizer.pad_token_id == 0
     cached = list((tmp_path / "shapes").glob("tokenizer-*.json"))
     assert len(cached) == 1
     again = _shapes(tmp_path)

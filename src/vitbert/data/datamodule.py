@@ -111,6 +111,11 @@ class CaptionDataModule(L.LightningDataModule):
         """Vocabulary size the model's embedding table needs (len(tokenizer))."""
         return len(self.tokenizer)
 
+    @property
+    def pad_token_id(self) -> int:
+        """Id of [PAD] (the model's embedding padding index); 0 for a trained tokenizer."""
+        return int(self.tokenizer.pad_token_id)
+
     # -- Lightning hooks --------------------------------------------------------------------------
 
     def prepare_data(self) -> None:
