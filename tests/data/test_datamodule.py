@@ -22,6 +22,9 @@ def test_num_tokens_works_right_after_init_and_the_tokenizer_is_cached(tmp_path)
     n = dm.num_tokens  # no prepare_data, no setup, no Trainer
     assert 30 < n < 200 and n == len(dm.tokenizer)
     assert dm.pad_token_id == dm.tokenizer.pad_token_id == 0
+    # The model logs vocab_size = num_tokens; a second, different vocab_size here would make
+    # Lightning's hparam merge fail at fit time.
+    assert "vocab_size" not in dm.hparams and dm.hparams["num_train"] == 300
     cached = list((tmp_path / "shapes").glob("tokenizer-*.json"))
     assert len(cached) == 1
     again = _shapes(tmp_path)

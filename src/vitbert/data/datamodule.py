@@ -197,7 +197,9 @@ class ShapesDataModule(CaptionDataModule):
                          persistent_workers, val_split, test_split, predict_split, mask_seed)
         self.root = root
         self.num_train, self.num_val, self.num_test, self.seed = num_train, num_val, num_test, seed
-        self.save_hyperparameters()
+        # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
+        # size (num_tokens), and Lightning refuses to log two different values under one key.
+        self.save_hyperparameters(ignore=["vocab_size"])
 
     @property
     def cache_dir(self) -> Path:
@@ -247,7 +249,9 @@ class Flickr30kDataModule(CaptionDataModule):
         self.images_dir, self.prepare_workers = images_dir, prepare_workers
         self.max_bad_fraction = max_bad_fraction
         self._summary: dict[str, Any] | None = None
-        self.save_hyperparameters()
+        # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
+        # size (num_tokens), and Lightning refuses to log two different values under one key.
+        self.save_hyperparameters(ignore=["vocab_size"])
 
     @property
     def cache_dir(self) -> Path:
