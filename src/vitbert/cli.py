@@ -1,0 +1,77 @@
+"""``python scripts/train.py {fit,validate,test,predict}``: LightningCLI over the project's parts.
+
+Every setting is a typed constructor argument of :class:`~vitbert.lit.module.MaskedLMModule`,
+a data module, or the Trainer, so ``--help`` lists them all and a YAML file in ``configs/`` can set
+any of them. Without ``--config`` the embedded default (``configs/default.yaml``) is used: it
+generates its data and trains on a CPU in minutes. Values the model needs from the data (the
+tokenizer's vocabulary size and padding id) are linked, never written twice; the image size is
+set once, on the model, and passed to the data.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
+
+from vitbert.data.datamodule import CaptionDataModule
+from vitbert.lit.module import MaskedLMModule
+from vitbert.lit.summary import ValidationSummary
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
+CONFIG_FLAGS = ("--config", "-c")
+
+
+def _loggers() -> list[dict]:
+    """CSV logs always; TensorBoard as well when it is installed."""
+    loggers = [{"class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": "logs", "name": "vitbert"}}]
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return loggers
+    loggers.append({"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                    "init_args": {"save_dir": "logs", "name": "vitbert"}})
+    return loggers
+
+
+class VitBertCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.dirpath": "checkpoints",
+                "checkpoint.filename": "best-step{step}",
+                "checkpoint.monitor": "val/top5",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+        parser.link_arguments("model.net.image.image_size", "data.init_args.image_size")
+        parser.link_arguments("data.num_tokens", "model.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
+
+
+def main(args: list[str] | None = None) -> VitBertCLI:
+    args = list(sys.argv[1:] if args is None else args)
+    subcommands = {"fit", "validate", "test", "predict"}
+    if args and args[0] in subcommands and not any(a.split("=")[0] in CONFIG_FLAGS for a in args):
+        # No config given: the embedded default, which runs anywhere in minutes.
+        args[1:1] = ["--config", str(DEFAULT_CONFIG)]
+    return VitBertCLI(
+        MaskedLMModule,
+        CaptionDataModule,
+        subclass_mode_data=True,
+        trainer_defaults={
+            "logger": _loggers(),
+            "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step")],
+        },
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,  # the module builds its own AdamW groups and schedule
+        parser_kwargs={"description": __doc__.split("\n\n")[0]},
+        args=args,
+    )

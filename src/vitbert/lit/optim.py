@@ -1,0 +1,120 @@
+"""AdamW with weight-decay groups and per-group learning rates, and a warmup + cosine schedule.
+
+Weight decay pulls weights towards zero; that is right for the matrices of linear layers and
+wrong for LayerNorm gains, biases, embedding tables, position tables and class tokens, whose
+"zero" is not a neutral value. Learning rates differ by part: a pretrained image tower wants a
+gentler rate than freshly initialised layers, and a relative-position bias table, which must grow
+entries of order 1–10 while Adam moves it by about ``lr`` per step, wants a larger one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vitbert.nn import LearnedPosition, RelativePositionBias2D
+
+# Modules whose parameters are never decayed, whatever their shape.
+NO_DECAY_MODULES = (
+    nn.LayerNorm,
+    nn.Embedding,
+    nn.modules.batchnorm._BatchNorm,
+    LearnedPosition,
+    RelativePositionBias2D,
+)
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW and its schedule.
+
+    Attributes:
+        lr: peak learning rate, reached after ``warmup_steps``.
+        weight_decay: decoupled decay for the matrices of linear and conv layers.
+        betas: Adam's moment decay rates.
+        eps: Adam's denominator guard.
+        warmup_steps: linear warmup from 0; 0 or a fraction < 1 of the total steps is allowed.
+        min_lr_ratio: the cosine decays to ``lr * min_lr_ratio`` at the last step.
+        image_tower_lr_mult: learning-rate factor for the image tower (e.g. 0.1 when pretrained).
+        relative_bias_lr_mult: learning-rate factor for relative-position bias tables.
+    """
+
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    warmup_steps: float = 0.05
+    min_lr_ratio: float = 0.05
+    image_tower_lr_mult: float = 1.0
+    relative_bias_lr_mult: float = 1.0
+
+
+def parameter_groups(model: nn.Module, config: OptimizerConfig) -> list[dict]:
+    """Split trainable parameters by (decay or not) × (learning-rate multiplier).
+
+    Tied parameters (the MLM decoder and the word embedding) appear once: ``named_parameters``
+    removes duplicates, and a parameter owned by any no-decay module is not decayed.
+    """
+    no_decay = {
+        id(p)
+        for module in model.modules()
+        if isinstance(module, NO_DECAY_MODULES)
+        for p in module.parameters(recurse=False)
+    }
+    lr_mult: dict[int, float] = {}
+    image_tower = getattr(model, "image_tower", None)
+    if image_tower is not None:
+        lr_mult |= {id(p): config.image_tower_lr_mult for p in image_tower.parameters()}
+    for module in model.modules():
+        if isinstance(module, RelativePositionBias2D):
+            lr_mult |= {id(p): config.relative_bias_lr_mult for p in module.parameters()}
+
+    groups: dict[tuple[bool, float], dict] = {}
+    for name, p in model.named_parameters():
+        decay = not (id(p) in no_decay or p.ndim < 2 or name.endswith(("bias", "cls_token")))
+        mult = lr_mult.get(id(p), 1.0)
+        group = groups.setdefault(
+            (decay, mult),
+            {
+                "params": [],
+                "names": [],
+                "weight_decay": config.weight_decay if decay else 0.0,
+                "lr_mult": mult,
+            },
+        )
+        group["params"].append(p)
+        group["names"].append(name)
+    return list(groups.values())
+
+
+def build_optimizer(model: nn.Module, config: OptimizerConfig) -> torch.optim.AdamW:
+    groups = parameter_groups(model, config)
+    for group in groups:
+        group["lr"] = config.lr * group["lr_mult"]
+    # The fused kernel does the whole update in one pass; it needs every parameter on a device
+    # that supports it (CUDA, and the CPU in recent PyTorch).
+    first = next(model.parameters())
+    fused = first.is_cuda or first.device.type == "cpu"
+    return torch.optim.AdamW(
+        groups, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused
+    )
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, config: OptimizerConfig, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup to the peak, then a cosine down to ``min_lr_ratio`` of it."""
+    warmup = config.warmup_steps
+    warmup = int(warmup * total_steps) if 0 < warmup < 1 else int(warmup)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
+        cosine = 0.5 * (1 + math.cos(math.pi * progress))
+        return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -1,0 +1,82 @@
+"""Weight-decay groups, learning-rate multipliers and the warmup + cosine schedule."""
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups, warmup_cosine
+from vitbert.nn import Encoder, RelativePositionBias2D
+
+
+class Toy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.image_tower = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+        self.word = nn.Embedding(10, 4)
+        self.encoder = Encoder(4, 1, 2)
+        self.bias = RelativePositionBias2D(2, (2, 2))
+        self.decoder = nn.Linear(4, 10)
+        self.decoder.weight = self.word.weight  # tied, as in the MLM head
+
+
+def groups_by_name(model, config):
+    found = {}
+    for group in parameter_groups(model, config):
+        for name in group["names"]:
+            found[name] = (group["weight_decay"], group["lr_mult"])
+    return found
+
+
+def test_decay_only_on_matrices_of_linear_layers():
+    config = OptimizerConfig(weight_decay=0.1)
+    found = groups_by_name(Toy(), config)
+    assert found["encoder.blocks.0.attn.qkv.weight"][0] == 0.1
+    assert found["encoder.blocks.0.mlp.fc1.weight"][0] == 0.1
+    for name in ("encoder.blocks.0.attn.qkv.bias", "encoder.norm.weight", "word.weight",
+                 "bias.table", "image_tower.1.weight"):
+        assert found[name][0] == 0.0, name
+    # The tied decoder weight is the embedding: counted once, not decayed.
+    assert "decoder.weight" not in found
+
+
+def test_learning_rate_multipliers_per_part():
+    config = OptimizerConfig(lr=1e-3, image_tower_lr_mult=0.1, relative_bias_lr_mult=10.0)
+    model = Toy()
+    found = groups_by_name(model, config)
+    assert found["image_tower.0.weight"][1] == 0.1
+    assert found["bias.table"][1] == 10.0
+    assert found["encoder.blocks.0.attn.qkv.weight"][1] == 1.0
+    optimizer = build_optimizer(model, config)
+    lrs = {p: g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    assert lrs[model.bias.table] == pytest.approx(1e-2)
+    assert lrs[model.image_tower[0].weight] == pytest.approx(1e-4)
+    n_params = sum(len(g["params"]) for g in optimizer.param_groups)
+    assert n_params == len(list(model.parameters()))
+
+
+def test_warmup_then_cosine_to_floor():
+    config = OptimizerConfig(lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = warmup_cosine(optimizer, config, total_steps=110)
+    lrs = []
+    for _ in range(110):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a < b for a, b in itertools.pairwise(lrs[:10]))
+    midpoint = 10 + 50
+    assert lrs[midpoint] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lrs[-1] == pytest.approx(0.1, abs=1e-3)
+    assert all(a >= b for a, b in itertools.pairwise(lrs[9:]))
+
+
+def test_fractional_warmup_is_a_share_of_total_steps():
+    config = OptimizerConfig(lr=1.0, warmup_steps=0.1)
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = warmup_cosine(optimizer, config, total_steps=200)
+    assert schedule.lr_lambdas[0](19) == pytest.approx(1.0)
+    assert schedule.lr_lambdas[0](9) == pytest.approx(0.5)
