@@ -9,7 +9,7 @@ from vitbert.lit.metrics import CONDITIONS, TOP_K
 
 
 def format_figures(figures: dict[str, float], stage: str = "val") -> str:
-    """Rows: with the photo / text only / mismatched photo; columns: loss and top-k (all, content)."""
+    """Rows: with / without / mismatched photo; columns: loss and top-k (all, content words)."""
     columns = ["loss"] + [f"top{k}" for k in TOP_K] + [f"top{k}_content" for k in TOP_K]
     header = f"{'':<26}" + "".join(f"{c:>14}" for c in columns)
     lines = [header, "-" * len(header)]
