@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
     total = time.perf_counter() - start
     print(format_table(rows, f"Square left of circle × triangle above circle (4 classes), "
                              f"test accuracy (%), {args.epochs} epochs"))
-    print(f"total {total:.0f} s")
+    cpu = time.process_time()
+    print(f"total {total:.0f} s wall, {cpu:.0f} s CPU")
     result = {
         "experiment": "heads",
         "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "threads": args.threads},
         "rows": rows,
         "seconds": total,
+        "cpu_seconds": cpu,
     }
     write_json(result, args.out / "heads.json")
     bar_plot(rows, args.out / "heads.png", "Two relations, one block with 2D RoPE", chance=0.25)

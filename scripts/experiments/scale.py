@@ -1,6 +1,6 @@
 """What the 1/√d in attention is for: softmax saturation at wide heads, measured and trained.
 
-    python scripts/experiments/scale.py                    # gates + toy model, 10 epochs, 2 seeds
+    python scripts/experiments/scale.py                    # gates + toy model, 5 epochs, 2 seeds
     python scripts/experiments/scale.py --epochs 2 --seeds 1
 
 Part 1: for unit-variance q and 64 keys, the largest softmax gate at head width
@@ -59,7 +59,7 @@ def plot(gates: list[dict], rows: list[dict], path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = parser("scale", __doc__.split("\n")[0], epochs=10, seeds=2)
+    p = parser("scale", __doc__.split("\n")[0], epochs=5, seeds=2)
     p.add_argument("--train-size", type=int, default=8000)
     p.add_argument("--test-size", type=int, default=2000)
     args = p.parse_args(argv)
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(format_table(rows, f"Key–value recall at d = {TOY_DIM}, test accuracy (%), "
                              f"{args.epochs} epochs (chance {100 / SYMBOLS:.1f}%)"))
     total = time.perf_counter() - start
-    print(f"total {total:.0f} s")
+    cpu = time.process_time()
+    print(f"total {total:.0f} s wall, {cpu:.0f} s CPU")
 
     result = {
         "experiment": "scale",
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
         "gates": gates,
         "rows": rows,
         "seconds": total,
+        "cpu_seconds": cpu,
     }
     write_json(result, args.out / "scale.json")
     plot(gates, rows, args.out / "scale.png")
