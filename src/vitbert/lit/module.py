@@ -220,7 +220,9 @@ class MaskedLMModule(L.LightningModule):
             self.net.image_tower.requires_grad_(self.global_step >= frozen_for)
 
     def configure_optimizers(self):
-        optimizer = build_optimizer(self.net, self.optimizer_config)
+        trainer = self.trainer
+        clips_under_amp = bool(trainer.gradient_clip_val) and "mixed" in str(trainer.precision)
+        optimizer = build_optimizer(self.net, self.optimizer_config, not clips_under_amp)
         total_steps = max(int(self.trainer.estimated_stepping_batches), 1)
         schedule = warmup_cosine(optimizer, self.optimizer_config, total_steps)
         return {

@@ -90,16 +90,22 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig) -> list[dict]:
     return list(groups.values())
 
 
-def build_optimizer(model: nn.Module, config: OptimizerConfig) -> torch.optim.AdamW:
+def build_optimizer(
+    model: nn.Module, config: OptimizerConfig, allow_fused: bool = True
+) -> torch.optim.AdamW:
+    """AdamW over :func:`parameter_groups`, fused when allowed.
+
+    The fused kernel does the whole update in one pass (CUDA, and the CPU since PyTorch 2.4).
+    It unscales gradients itself, so Lightning refuses it when gradients are clipped under mixed
+    precision: the caller passes ``allow_fused=False`` then, and gets the multi-tensor kernel.
+    """
     groups = parameter_groups(model, config)
     for group in groups:
         group["lr"] = config.lr * group["lr_mult"]
-    # The fused kernel does the whole update in one pass; it needs every parameter on a device
-    # that supports it (CUDA, and the CPU in recent PyTorch).
-    first = next(model.parameters())
-    fused = first.is_cuda or first.device.type == "cpu"
+    device = next(model.parameters()).device.type
+    fused = allow_fused and device in ("cuda", "cpu")
     return torch.optim.AdamW(
-        groups, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused
+        groups, lr=config.lr, betas=config.betas, eps=config.eps, fused=fused, foreach=not fused
     )
 
 

@@ -1,0 +1,182 @@
+"""End to end through `scripts/train.py`: learn, checkpoint, resume, fine-tune, bf16, Flickr30k.
+
+One tiny model trains once per session (``trained`` fixture); the tests then resume it, fine-tune
+from it with another vocabulary, and load its checkpoint. Everything runs in a temporary folder
+with a generated data set, so nothing depends on the machine or the network.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from skimage import data as skdata
+from tiny_run import TINY_MODEL, tiny_shapes
+
+from vitbert.checkpoint import TOKENIZER_KEY, load_model, read_checkpoint
+from vitbert.cli import main
+
+
+def fit(tmp: Path, *extra: str, steps: int = 16, run: str = "run"):
+    """`train.py fit` on the tiny model; returns the CLI (trainer, model, datamodule)."""
+    args = [
+        "fit", *TINY_MODEL, *tiny_shapes(tmp / "shapes"),
+        "--trainer.max_steps", str(steps), "--trainer.val_check_interval", "8",
+        "--trainer.log_every_n_steps", "2",
+        "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp / run),
+        "--checkpoint.dirpath", str(tmp / run / "checkpoints"), *extra,
+    ]
+    return main(args)
+
+
+def validation_figures(cli) -> dict[str, float]:
+    return {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith("val/")}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)  # logs/ goes here
+        cli = fit(tmp, steps=16)
+    return tmp, cli
+
+
+def test_fit_learns_and_writes_checkpoints(trained):
+    tmp, cli = trained
+    assert cli.trainer.global_step == 16
+    logged = list((tmp / "logs").rglob("metrics.csv"))
+    assert logged, "the CSV logger wrote nothing"
+    rows = list(csv.DictReader(logged[0].open()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    # From about log(V) (a uniform guess) the loss must clearly fall within 16 steps.
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.3, losses
+    assert {"val/top1", "val/top5_text", "val/top1_mismatch_content", "val/image_gain_top1"} <= set(
+        validation_figures(cli)
+    )
+    names = {p.name for p in (tmp / "run" / "checkpoints").iterdir()}
+    assert "last.ckpt" in names and any(n.startswith("best") for n in names)
+
+
+def test_checkpoint_is_plain_and_carries_tokenizer(trained):
+    tmp, cli = trained
+    ckpt = torch.load(tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["hyper_parameters"]["vocab_size"] == cli.model.net.config.vocab_size
+    assert TOKENIZER_KEY in ckpt
+    model, tokenizer = load_model(tmp / "run" / "checkpoints" / "last.ckpt")
+    assert len(tokenizer) == model.config.vocab_size
+    assert model.mlm_head.decoder.weight is model.text.embeddings.word.weight
+    # Same weights as the module that trained them, hence the same outputs.
+    net = cli.model.net.eval()
+    ids = torch.tensor([tokenizer("a red circle left of a blue square")["input_ids"]])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)
+    torch.testing.assert_close(model(ids, mask, images), net(ids, mask, images))
+
+
+def test_lightning_checkpoint_round_trip_keeps_the_tie(trained):
+    tmp, _ = trained
+    from vitbert.lit.module import MaskedLMModule
+
+    module = MaskedLMModule.load_from_checkpoint(
+        tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True
+    )
+    net = module.net
+    assert net.mlm_head.decoder.weight is net.text.embeddings.word.weight
+    assert module.tokenizer is not None  # restored from the checkpoint itself
+
+
+def test_resume_continues_step_count_and_schedule(trained, tmp_path, monkeypatch):
+    tmp, full = trained
+    monkeypatch.chdir(tmp_path)
+    half = fit(tmp, steps=8, run="half")
+    assert half.trainer.global_step == 8
+    resumed = fit(tmp, "--ckpt_path", str(tmp / "half" / "checkpoints" / "last.ckpt"),
+                  steps=16, run="half")
+    assert resumed.trainer.global_step == 16
+    # The schedule continued where it stopped: the same learning rate as the uninterrupted run.
+    lr_full = full.trainer.optimizers[0].param_groups[0]["lr"]
+    lr_resumed = resumed.trainer.optimizers[0].param_groups[0]["lr"]
+    assert lr_resumed == pytest.approx(lr_full)
+    a, b = validation_figures(full), validation_figures(resumed)
+    assert abs(a["val/loss"] - b["val/loss"]) < 0.15 * a["val/loss"]
+
+
+def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    source = read_checkpoint(tmp / "run" / "checkpoints" / "last.ckpt")
+    # A smaller WordPiece vocabulary on the same captions: a different size and different ids.
+    cli = fit(tmp, "--model.init_from", str(tmp / "run" / "checkpoints" / "last.ckpt"),
+              "--data.init_args.vocab_size", "60", "--trainer.max_steps", "0", steps=0,
+              run="finetune")
+    net, tokenizer = cli.model.net, cli.datamodule.tokenizer
+    old_rows = source.state_dict["text.embeddings.word.weight"]
+    assert net.config.vocab_size == len(tokenizer) != old_rows.shape[0]
+    from vitbert.data.tokenizer import tokenizer_from_json
+
+    old_vocab = tokenizer_from_json(source.tokenizer_json).get_vocab()
+    new_vocab = tokenizer.get_vocab()
+    shared = sorted(set(old_vocab) & set(new_vocab))
+    assert len(shared) > 30 and "[MASK]" in shared
+    assert any(old_vocab[t] != new_vocab[t] for t in shared)  # ids moved: rows matched by text
+    new_ids = torch.tensor([new_vocab[t] for t in shared])
+    old_ids = torch.tensor([old_vocab[t] for t in shared])
+    torch.testing.assert_close(net.text.embeddings.word.weight[new_ids], old_rows[old_ids])
+    assert net.mlm_head.decoder.weight is net.text.embeddings.word.weight
+    for name in ("text.encoder.blocks.0.attn.qkv.weight", "image_tower.encoder.norm.weight"):
+        torch.testing.assert_close(net.state_dict()[name], source.state_dict[name])
+
+
+def test_bf16_mixed_training_steps_are_finite(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = fit(tmp_path, "--trainer.precision", "bf16-mixed", "--trainer.fast_dev_run", "2")
+    loss = cli.trainer.callback_metrics["train/loss"]
+    assert torch.isfinite(loss)
+    assert next(cli.model.net.parameters()).dtype == torch.float32  # weights stay fp32
+
+
+def write_karpathy_flickr(root: Path, num_images: int = 12) -> None:
+    """A miniature Flickr30k in Karpathy's format, with real photographs."""
+    photos = [skdata.astronaut(), skdata.chelsea(), skdata.coffee()]
+    (root / "flickr30k-images").mkdir(parents=True)
+    words = ["dog", "man", "grass", "street", "red", "blue", "runs", "sits", "ball", "water"]
+    images = []
+    for i in range(num_images):
+        name = f"{1000000 + i}.jpg"
+        crop = photos[i % 3][i * 9 : i * 9 + 300, i * 7 : i * 7 + 400]
+        Image.fromarray(crop).save(root / "flickr30k-images" / name, quality=85)
+        split = "val" if i % 4 == 1 else "test" if i % 4 == 2 else "train"
+        captions = [f"a {words[(i + k) % 10]} and a {words[(i * k + 3) % 10]} ." for k in range(5)]
+        images.append({"filename": name, "imgid": i, "split": split,
+                       "sentences": [{"raw": c, "tokens": c.split()} for c in captions]})
+    (root / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
+
+
+def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_karpathy_flickr(tmp_path / "flickr")
+    config = Path(__file__).resolve().parents[2] / "configs" / "flickr30k.yaml"
+    small = [
+        "--model.net.image.image_size", "32", "--model.net.image.patch_size", "16",
+        "--model.net.image.dim", "32", "--model.net.image.depth", "1",
+        "--model.net.image.num_heads", "2", "--model.net.image.pretrained", "null",
+        "--model.net.text.dim", "32", "--model.net.text.depth", "1",
+        "--model.net.text.num_heads", "2",
+    ]
+    cli = main([
+        "fit", "--config", str(config), *small,
+        "--data.init_args.root", str(tmp_path / "flickr"),
+        "--data.init_args.cache_dir", str(tmp_path / "cache"),
+        "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
+        "--data.init_args.prepare_workers", "0",
+        "--trainer.accelerator", "cpu", "--trainer.devices", "1",
+        "--trainer.precision", "bf16-mixed", "--trainer.fast_dev_run", "true",
+    ])
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+    assert cli.model.net.config.image_tokens == "pooled"
+    assert cli.model.hparams.freeze_image_tower_steps == 500
