@@ -24,6 +24,7 @@ from torch import Tensor
 
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.models import VitBert, VitBertConfig
+from vitbert.models.multimodal import TIED_KEY, TIED_SOURCE
 
 TOKENIZER_KEY = "vitbert_tokenizer"
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
@@ -107,7 +108,10 @@ def _read_exported(folder: Path) -> StoredModel:
     config = VitBertConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
     tokenizer_path = folder / TOKENIZER_FILE
     tokenizer_json = tokenizer_path.read_text() if tokenizer_path.is_file() else None
-    return StoredModel(config, load_file(folder / WEIGHTS_FILE), tokenizer_json, str(folder))
+    state_dict = load_file(folder / WEIGHTS_FILE)
+    # save_pretrained stores the tied decoder matrix once, under the word embedding.
+    state_dict.setdefault(TIED_KEY, state_dict[TIED_SOURCE])
+    return StoredModel(config, state_dict, tokenizer_json, str(folder))
 
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu"):
