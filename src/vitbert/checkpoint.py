@@ -30,6 +30,8 @@ TOKENIZER_KEY = "vitbert_tokenizer"
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
 # Rows of these tensors are indexed by token id: on a vocabulary change they are matched by text.
 VOCAB_ROWS = ("text.embeddings.word.weight", "mlm_head.decoder.bias")
+IMAGE_POSITIONS = "image_tower.pos_embed.weight"  # (1, N, D) over the patch grid
+TEXT_POSITIONS = "text.embeddings.position.weight"  # (max_len, D)
 
 
 class CheckpointError(ValueError):
@@ -160,17 +162,31 @@ def transfer_weights(model: VitBert, source: StoredModel, tokenizer=None) -> Tra
                 new_rows, old_rows = row_map
                 current[new_rows] = value[old_rows].to(current.dtype)
                 report.resized.append(name)
-            elif name.endswith("pos_embed.weight") or "position" in name:
-                n = min(current.shape[1], value.shape[1]) if current.ndim == 3 else None
-                if n is None or current.shape[2:] != value.shape[2:]:
-                    report.skipped.append(f"{name} {tuple(value.shape)} → {tuple(current.shape)}")
-                    continue
-                current[:, :n] = value[:, :n]
-                report.resized.append(name)
+            elif name == IMAGE_POSITIONS and (
+                resampled := _resample_image_positions(value, source.config, model.config)
+            ).shape == current.shape:
+                current.copy_(resampled)
+                report.resized.append(f"{name} (resampled to the new grid)")
+            elif name == TEXT_POSITIONS and current.shape[-1] == value.shape[-1]:
+                n = min(len(current), len(value))  # a longer table keeps the trained prefix
+                current[:n] = value[:n]
+                report.resized.append(f"{name} (first {n} positions)")
             else:
                 report.skipped.append(f"{name} {tuple(value.shape)} → {tuple(current.shape)}")
     model.tie_weights()
     return report
+
+
+def _resample_image_positions(table: Tensor, old: VitBertConfig, new: VitBertConfig) -> Tensor:
+    """A position table trained on one image grid, interpolated onto another (same front end)."""
+    from vitbert.models import build_image_tower, resample_pos_embed
+
+    with torch.device("meta"):  # only the grid sizes are wanted: allocate nothing
+        old_grid = build_image_tower(old.image, load_pretrained=False).grid_size
+        new_grid = build_image_tower(new.image, load_pretrained=False).grid_size
+    prefix = table.shape[1] - old_grid[0] * old_grid[1]  # a class token's row is kept as is
+    grid = resample_pos_embed(table[:, prefix:], old_grid, new_grid)
+    return torch.cat((table[:, :prefix], grid), dim=1)
 
 
 def _vocabulary_row_map(source: StoredModel, tokenizer, target, report: TransferReport):

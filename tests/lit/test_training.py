@@ -180,3 +180,30 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert cli.model.net.config.image_tokens == "pooled"
     assert cli.model.hparams.freeze_image_tower_steps == 500
+
+
+def test_transfer_resamples_image_positions_and_extends_text_positions():
+    from dataclasses import replace
+
+    from vitbert.checkpoint import StoredModel, transfer_weights
+    from vitbert.models import VitBert, VitBertConfig
+
+    small = VitBertConfig.from_dict({"vocab_size": 50, "image": {"image_size": 32, "dim": 32,
+                                     "num_heads": 2}, "text": {"dim": 32, "num_heads": 2}})
+    source = VitBert(small)
+    with torch.no_grad():  # a smooth table: every channel holds the row coordinate (8×8 grid)
+        rows = torch.arange(8).repeat_interleave(8).float() / 7
+        source.image_tower.pos_embed.weight.copy_(rows[None, :, None].expand(1, 64, 32))
+    large = replace(small, image=replace(small.image, image_size=48),
+                    text=replace(small.text, max_len=80))
+    target = VitBert(large)
+    stored = StoredModel(small, source.state_dict(), None, "memory")
+    report = transfer_weights(target, stored)
+    assert not report.skipped, report
+    text_positions = target.text.embeddings.position.weight
+    torch.testing.assert_close(text_positions[:64], source.text.embeddings.position.weight)
+    resampled = target.image_tower.pos_embed.weight[0, :, 0].reshape(12, 12)  # 8×8 → 12×12
+    row_means = resampled.mean(dim=1)
+    assert (row_means[1:] > row_means[:-1]).all()  # still the row coordinate, finer
+    assert row_means[0] < 0.05 and row_means[-1] > 0.95
+    torch.testing.assert_close(resampled, resampled[:, :1].expand(12, 12))  # constant along rows
