@@ -207,3 +207,28 @@ def test_transfer_resamples_image_positions_and_extends_text_positions():
     assert (row_means[1:] > row_means[:-1]).all()  # still the row coordinate, finer
     assert row_means[0] < 0.05 and row_means[-1] > 0.95
     torch.testing.assert_close(resampled, resampled[:, :1].expand(12, 12))  # constant along rows
+
+
+def test_export_round_trip_gives_identical_outputs(trained, tmp_path):
+    import runpy
+
+    tmp, _ = trained
+    ckpt = tmp / "run" / "checkpoints" / "last.ckpt"
+    export_main = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "export.py"))
+    assert export_main["main"](["--ckpt", str(ckpt), "--out", str(tmp_path / "exported")]) == 0
+    assert {p.name for p in (tmp_path / "exported").iterdir()} >= {
+        "model.safetensors", "config.json", "tokenizer.json"}
+    original, tokenizer = load_model(ckpt)
+    exported, exported_tokenizer = load_model(tmp_path / "exported")
+    assert exported.mlm_head.decoder.weight is exported.text.embeddings.word.weight
+    assert exported_tokenizer.get_vocab() == tokenizer.get_vocab()
+    ids = torch.tensor([tokenizer("a large green cross above a small red diamond")["input_ids"]])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)
+    torch.testing.assert_close(exported(ids, mask, images), original(ids, mask, images),
+                               atol=0, rtol=0)
+    # Not a checkpoint: a clear error and exit code 2, nothing written.
+    (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
+    out = tmp_path / "never"
+    assert export_main["main"](["--ckpt", str(tmp_path / "junk.ckpt"), "--out", str(out)]) == 2
+    assert not out.exists()

@@ -1,0 +1,33 @@
+#!/usr/bin/env python
+"""Turn a training checkpoint into a shareable folder: safetensors weights, config, tokenizer.
+
+The folder needs neither Lightning nor pickle to load (``FillMask.from_checkpoint(folder)``,
+``vitbert.checkpoint.load_model(folder)``) and can be given to ``--model.init_from`` to fine-tune.
+
+    python scripts/export.py --ckpt checkpoints/last.ckpt --out exported/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vitbert.checkpoint import CheckpointError, export
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", required=True, help="a .ckpt written by scripts/train.py")
+    parser.add_argument("--out", required=True, help="the folder to write (created if missing)")
+    args = parser.parse_args(argv)
+    try:
+        folder = export(args.ckpt, args.out)
+    except CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"exported {args.ckpt} → {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
