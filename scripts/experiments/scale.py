@@ -37,6 +37,7 @@ def gate_table(gates: list[dict]) -> str:
 
 def plot(gates: list[dict], rows: list[dict], path) -> None:
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(10, 3.8))
     ax_gate, ax_loss = fig.subplots(1, 2)
@@ -51,6 +52,7 @@ def plot(gates: list[dict], rows: list[dict], path) -> None:
         for seed, losses in zip(row["seeds"], row["train_loss"], strict=True):
             ax_loss.plot(range(1, len(losses) + 1), losses, color=colour, marker=".",
                          label=row["label"] if seed == 0 else None)
+    ax_loss.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax_loss.set(yscale="log", xlabel="epoch", ylabel="train loss (mean over epoch)",
                 title=f"key–value recall, one head of width {TOY_DIM}")
     ax_loss.legend()
