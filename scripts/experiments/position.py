@@ -5,11 +5,12 @@
 
 Rows: a CNN that pools at the end (its features see 7 px and the pool forgets where they were:
 ≈ chance); a CNN that pools early (the receptive field covers the picture: can tell); a conv stem
-+ one attention block with no position (permutation invariant, yet above chance: the stem's zero
-padding marks the tokens at the picture's edges, which leaks some position), with learned absolute
-position, with the relative-offset bias at the default lr and with 10× lr on the bias table, and
-with 2D RoPE. Adam moves a weight by about lr per step, so at the default lr the bias table can
-only reach about ``lr × steps``; the second plot shows it (max |w| and ‖Δw‖/‖w‖ per step, from
++ one attention block with no position (permutation invariant over tokens, yet above chance:
+a token whose 8-px receptive field covers both shapes sees their order, and the stem's zero
+padding marks the tokens at the picture's edges), with learned absolute position, with the
+relative-offset bias at the default lr and with 10× lr on the bias table, and with 2D RoPE.
+Adam moves a weight by about lr per step, so at the default lr the bias table can only reach
+about ``lr × steps``; the second plot shows it (max |w| and ‖Δw‖/‖w‖ per step, from
 :class:`vitbert.lit.callbacks.ParameterStatsCallback`).
 
 Writes ``position.json``, ``position.png`` and ``position_bias_stats.png`` into ``--out``.
