@@ -19,6 +19,7 @@ from lightning.pytorch.cli import LightningCLI
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.summary import ValidationSummary
+from vitbert.lit.writer import PredictionWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
@@ -51,6 +52,8 @@ class VitBertCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
+        # `predict` streams its results to --prediction_writer.output (JSON Lines, atomically).
+        parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         parser.link_arguments("model.net.image.image_size", "data.init_args.image_size")
         parser.link_arguments("data.num_tokens", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")

@@ -58,8 +58,8 @@ def trained(tmp_path_factory) -> Trained:
     root = tmp_path_factory.mktemp("predict")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)  # anything written to ./ (logs, configs) stays in the tmp folder
-        main(["fit", "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
-              "--trainer.limit_val_batches", "1", "--checkpoint.dirpath", str(root / "ckpt"),
+        main(["fit", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
+              "--checkpoint.monitor", "null", "--checkpoint.dirpath", str(root / "ckpt"),
               *data_args(root), *TINY_NET, *QUIET])
     ckpt = root / "ckpt" / "last.ckpt"
     exported = export(ckpt, root / "exported")
@@ -80,6 +80,12 @@ def trained(tmp_path_factory) -> Trained:
     Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(wide)
     caption = notes["texts"][notes["rows"].index(0)]
     return Trained(root, ckpt, exported, pooled, photo, wide, caption)
+
+
+@pytest.fixture(scope="session")
+def tiny_cli_args(trained) -> list[str]:
+    """The CLI arguments that rebuild the trained model's data and network (for `predict`)."""
+    return [*data_args(trained.root), *TINY_NET, *QUIET]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,87 @@
+"""Write what ``scripts/train.py predict`` predicts to a JSON Lines file, one example a line.
+
+Each line is one dict from :meth:`vitbert.lit.module.MaskedLMModule.predict_step`: the example's
+index in the split, its masked text, and per masked piece the truth and the top-5 guesses with the
+photo and from the text alone. JSON Lines because a split of 150,000 captions is streamed a batch
+at a time (nothing accumulates here) and is read back a line at a time (``pandas.read_json(path,
+lines=True)``, ``jq``).
+
+The file appears only when the run finishes: lines go to a temporary file beside it, renamed at the
+end. An interrupted or failed run leaves the previous file (if any) untouched and no partial one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+import lightning as L
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+
+def _plain(value: Any) -> Any:
+    """JSON fallback for tensors and numpy values that a predict_step might return."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"cannot write a {type(value).__name__} to JSON")
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Stream predictions to ``output`` (JSON Lines), atomically.
+
+    Args:
+        output: the file to write; its folder is created. With several processes (DDP) each rank
+            writes its own ``<stem>.rank<R><suffix>``, since ranks see disjoint examples.
+    """
+
+    def __init__(self, output: str | Path = "predictions.jsonl") -> None:
+        super().__init__(write_interval="batch")
+        self.output = Path(output)
+        self._file: IO[str] | None = None
+        self._tmp: Path | None = None
+        self._count = 0
+
+    def target(self, trainer: L.Trainer) -> Path:
+        if trainer.world_size == 1:
+            return self.output
+        return self.output.with_name(
+            f"{self.output.stem}.rank{trainer.global_rank}{self.output.suffix}")
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        target = self.target(trainer)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        self._file = self._tmp.open("w", encoding="utf-8")
+        self._count = 0
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
+                           dataloader_idx) -> None:
+        assert self._file is not None, "on_predict_start opens the file"
+        examples = prediction if isinstance(prediction, list) else [prediction]
+        for example in examples:
+            self._file.write(json.dumps(example, default=_plain, ensure_ascii=False) + "\n")
+        self._count += len(examples)
+
+    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        assert self._file is not None and self._tmp is not None
+        self._file.close()
+        target = self.target(trainer)
+        self._tmp.replace(target)  # atomic on one file system: the file is whole or absent
+        self._file = self._tmp = None
+        print(f"Wrote {self._count} predictions to {target}")
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                     exception: BaseException) -> None:
+        self._discard()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._discard()  # a run that ended without on_predict_end leaves nothing behind
+
+    def _discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+        self._file = self._tmp = None
