@@ -79,8 +79,9 @@ def read_checkpoint(path: str | Path) -> StoredModel:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CheckpointError(
-            f"{path}: not a readable PyTorch checkpoint ({type(error).__name__}: {error}). "
+            f"{path}: not a readable PyTorch checkpoint ({type(error).__name__}: {reason}). "
             "Pass a .ckpt written by scripts/train.py or a folder written by scripts/export.py."
         ) from error
     hparams = checkpoint.get("hyper_parameters", {}) if isinstance(checkpoint, dict) else {}

@@ -161,8 +161,9 @@ class MaskedLMModule(L.LightningModule):
         if self.tokenizer is not None:
             masked = batch["input_ids"].masked_fill(targets_at, self.tokenizer.mask_token_id)
             batch = {**batch, "input_ids": masked}
-        with_image = self(batch, batch["images"]).topk(top_k, dim=-1)  # (M, k)
-        text_only = self(batch, None).topk(top_k, dim=-1)
+        # Probabilities over the whole vocabulary, then the k best: (M, k) each.
+        with_image = self(batch, batch["images"]).float().softmax(-1).topk(top_k, dim=-1)
+        text_only = self(batch, None).float().softmax(-1).topk(top_k, dim=-1)
         rows, cols = targets_at.nonzero(as_tuple=True)
         decode = self._decode_token
         described = []
@@ -175,8 +176,9 @@ class MaskedLMModule(L.LightningModule):
                         "position": int(cols[m]),
                         "truth": decode(batch["labels"][i, cols[m]]),
                         "with_image": [decode(t) for t in with_image.indices[m]],
-                        "with_image_scores": with_image.values[m].softmax(-1).tolist(),
+                        "with_image_scores": with_image.values[m].tolist(),
                         "text_only": [decode(t) for t in text_only.indices[m]],
+                        "text_only_scores": text_only.values[m].tolist(),
                     }
                 )
             described.append(
