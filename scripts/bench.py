@@ -1,6 +1,6 @@
 """Benchmarks, one section each; `--json` prints one JSON object with every section's figures.
 
-    python scripts/bench.py --json               # train, data, inference, cuda (< 5 min on a CPU)
+    python scripts/bench.py --json               # train, cuda, data, inference (< 5 min on a CPU)
     python scripts/bench.py --sections data --json
     python scripts/bench.py --sections levers    # or --levers: each lever's before/after
     python scripts/bench.py --levers --compile   # ... including torch.compile (slow to compile)
@@ -16,17 +16,22 @@ Sections:
   data       samples/s of the cached loader (uint8 memmap) against decoding the JPEGs every time,
              same items, same DataLoader settings; the embedded default's whole pipeline (cache +
              MLM collator, the config's workers); each against what the training step consumes
-             (from the train section; --data-pipeline times the default's loader without it).
+             (from the train section, and on a GPU the bf16 step of the cuda section;
+             --data-pipeline times the default's loader without the train section).
              --storage also times memmap vs a `datasets` Arrow table.
   inference  FillMask queries/s and latency, one query and a batch, with and without the photo.
   cuda       bf16-mixed steps, MFU against the device's datasheet peak, torch.compile on and off;
              reports "skipped: no CUDA" without a GPU.
-  levers     (not run by default; --levers) our step before/after each lever: masked-rows MLM
-             head, per-batch padding, SDPA, fused qkv, fused AdamW, and with --compile
-             torch.compile on the CPU.
+  levers     (not run by default; --levers) our step at the config's sizes before/after each
+             lever, same initial weights, alternating rounds: masked-rows MLM head (at the
+             data's vocabulary and at 8000), per-batch padding vs fixed (--fixed-len, capped at
+             max_len), SDPA vs textbook attention, fused vs separate q/k/v, fused vs foreach
+             AdamW, 1 vs one-per-core threads, and with --compile torch.compile on the CPU.
 
-Timings are medians over alternating rounds; on a shared machine read them with the load
-(`uptime`) recorded in the output under "machine".
+FLOPs: analytic, 2·m·n·k per matmul (convs as im2col matmuls, attention's two matmuls as
+4·B·L²·D), backward = 2 × forward; see vitbert.bench.flops. Timings are medians over alternating
+rounds; on a shared machine read them with the load averages recorded under "machine".
+--threads 0 (the default) uses 1 intra-op thread when the 1-min load is at least the core count.
 
 To add a section: write `bench_<name>(args, done) -> dict` (``done``: the figures of the sections
 already run), its options in `add_<name>_args`, and register both in SECTIONS.
@@ -173,6 +178,12 @@ def bench_data(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]
                                         / big["ours_samples_per_s"], 1)
         out["decode_over_step"] = round(out["decode_samples_per_s"]
                                         / big["ours_samples_per_s"], 1)
+    cuda_big = done.get("cuda", {}).get(getattr(args, "big_preset", "") or "", {})
+    if cuda_big:  # on a GPU the question is whether the loader keeps the bf16 step fed
+        sps = cuda_big["ours_samples_per_s"]
+        out["cuda_step_consumes_samples_per_s"] = sps
+        out["cached_over_cuda_step"] = round(out["cached_samples_per_s"] / sps, 2)
+        out["decode_over_cuda_step"] = round(out["decode_samples_per_s"] / sps, 2)
     if "default" in train or args.data_pipeline:
         default = shapes_pipeline_throughput(args.config)
         if "default" in train:
@@ -180,6 +191,11 @@ def bench_data(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]
             default["step_consumes_samples_per_s"] = sps
             default["pipeline_over_step"] = round(default["samples_per_s"] / sps, 1)
             default["target_ge_10x"] = default["pipeline_over_step"] >= 10
+        cuda_default = done.get("cuda", {}).get("default", {})
+        if cuda_default:
+            default["cuda_step_consumes_samples_per_s"] = cuda_default["ours_samples_per_s"]
+            default["pipeline_over_cuda_step"] = round(
+                default["samples_per_s"] / cuda_default["ours_samples_per_s"], 2)
         out["default_pipeline"] = default
     return out
 
@@ -264,12 +280,12 @@ def bench_levers(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, An
 SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]]] = {
     "train": (add_train_args, bench_train),
+    "cuda": (add_cuda_args, bench_cuda),
     "data": (add_data_args, bench_data),
     "inference": (add_inference_args, bench_inference),
-    "cuda": (add_cuda_args, bench_cuda),
     "levers": (add_levers_args, bench_levers),
 }
-DEFAULT_SECTIONS = ["train", "data", "inference", "cuda"]
+DEFAULT_SECTIONS = ["train", "cuda", "data", "inference"]
 
 
 def choose_threads(requested: int) -> tuple[int, str]:

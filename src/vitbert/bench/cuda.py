@@ -68,17 +68,18 @@ def cuda_benchmark(sizes: dict[str, tuple[VitBertConfig, list[Batch]]], warmup: 
     for size, (config, cpu_batches) in sizes.items():
         batches = to_device(cpu_batches, device)
         contenders = [ours(config, batches), reference(config, batches)]
+        for c in contenders:
+            c.autocast = bf16_autocast
         if compile:
             compiled = ours(config, batches, name="ours_compiled")
             compiled.model = torch.compile(compiled.model)
+            compiled.autocast = bf16_autocast  # autocast is part of what is compiled
             t0 = time.perf_counter()
             for _ in range(len(batches) + 1):  # every caption length compiles once
                 compiled.step()
             torch.cuda.synchronize()
             compile_s = time.perf_counter() - t0
             contenders.append(compiled)
-        for c in contenders:
-            c.autocast = bf16_autocast
         res = alternate(contenders, warmup, rounds, steps)
         stats = batch_stats(batches)
         B = len(batches[0]["input_ids"])
