@@ -48,6 +48,8 @@ def test_learning_rate_multipliers_per_part():
     found = groups_by_name(model, config)
     assert found["image_tower.0.weight"][1] == 0.1
     assert found["bias.table"][1] == 10.0
+    names = {g["name"] for g in parameter_groups(model, config)}
+    assert {"decay", "no_decay", "no_decay_lr_x10", "decay_lr_x0.1"} <= names
     assert found["encoder.blocks.0.attn.qkv.weight"][1] == 1.0
     optimizer = build_optimizer(model, config)
     lrs = {p: g["lr"] for g in optimizer.param_groups for p in g["params"]}

@@ -76,9 +76,12 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig) -> list[dict]:
     for name, p in model.named_parameters():
         decay = not (id(p) in no_decay or p.ndim < 2 or name.endswith(("bias", "cls_token")))
         mult = lr_mult.get(id(p), 1.0)
+        # A readable name for LearningRateMonitor and ParameterStatsCallback.
+        label = ("decay" if decay else "no_decay") + (f"_lr_x{mult:g}" if mult != 1 else "")
         group = groups.setdefault(
             (decay, mult),
             {
+                "name": label,
                 "params": [],
                 "names": [],
                 "weight_decay": config.weight_decay if decay else 0.0,
