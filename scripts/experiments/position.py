@@ -18,7 +18,10 @@ Writes ``position.json``, ``position.png`` and ``position_bias_stats.png`` into 
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
@@ -51,62 +54,89 @@ ROWS = [
 ]
 
 
+def run_one(row: int, seed: int, args) -> tuple[int, int, float, float, list | None]:
+    """One training (a row of the table, one seed): (row, seed, test accuracy, seconds, stats)."""
+    torch.set_num_threads(args.threads)
+    # One data set for every row and seed (the seed varies the model's init and batch order).
+    train = make_shapes(args.train_size, "left", seed=10_000)
+    test = make_shapes(args.test_size, "left", seed=20_000)
+    _, _, build, lr_mult = ROWS[row]
+    torch.manual_seed(seed)
+    model = build()
+    stats = ParameterStatsCallback(keep_history=True) if lr_mult and seed == 0 else None
+    result = train_classifier(
+        model, (train.images, train.labels), (test.images, test.labels), args.epochs,
+        lr=LR, batch_size=BATCH, seed=seed, lr_mult=lr_mult, stats=stats,
+    )
+    return row, seed, result.test_acc, result.seconds, stats.history if stats else None
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = parser("position", __doc__.split("\n")[0], epochs=10, seeds=3)
     p.add_argument("--train-size", type=int, default=8000)
     p.add_argument("--test-size", type=int, default=2000)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="trainings run side by side, one process each (with --threads each)")
+    p.set_defaults(threads=1)  # one thread per worker: the workers share the cores
     args = p.parse_args(argv)
     setup(args)
     start = time.perf_counter()
 
-    # One data set for every row and seed (the seed varies the model's init and batch order).
-    train = make_shapes(args.train_size, "left", seed=10_000)
-    test = make_shapes(args.test_size, "left", seed=20_000)
+    # The 7 × seeds trainings are independent: small models use one core badly, so running them
+    # side by side, one thread each, is what makes the full table fit in minutes.
+    jobs = [(row, seed) for row in range(len(ROWS)) for seed in range(args.seeds)]
+    results: dict[tuple[int, int], tuple[float, float, list | None]] = {}
+    if args.workers > 1:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
+            futures = [pool.submit(run_one, row, seed, args) for row, seed in jobs]
+            outcomes = (future.result() for future in futures)
+            results = _collect(outcomes)
+    else:
+        results = _collect(run_one(row, seed, args) for row, seed in jobs)
 
     rows, histories = [], {}
-    for key, label, build, lr_mult in ROWS:
-        accs, seconds = [], 0.0
-        for seed in range(args.seeds):
-            torch.manual_seed(seed)
-            model = build()
-            stats = ParameterStatsCallback(keep_history=True) if lr_mult and seed == 0 else None
-            result = train_classifier(
-                model, (train.images, train.labels), (test.images, test.labels), args.epochs,
-                lr=LR, batch_size=BATCH, seed=seed, lr_mult=lr_mult, stats=stats,
-            )
-            accs.append(result.test_acc)
-            seconds += result.seconds
-            if stats is not None:
-                histories[f"{label.removeprefix('+ ')} (seed 0)"] = stats.history
-                bias_max = stats.history[-1][f"params/{BIAS_GROUP}/max_abs"]
-            print(f"  {label:32s} seed {seed}: {100 * result.test_acc:5.1f}%  "
-                  f"({result.seconds:.0f} s)", flush=True)
-        extra = {"seconds": seconds}
+    for row, (key, label, _, lr_mult) in enumerate(ROWS):
+        runs = [results[row, seed] for seed in range(args.seeds)]
+        extra = {"seconds": sum(seconds for _, seconds, _ in runs)}
         if lr_mult:
-            extra |= {"lr_mult": lr_mult, "bias_table_max_abs_seed0": bias_max}
+            history = runs[0][2]
+            histories[f"{label.removeprefix('+ ')} (seed 0)"] = history
+            extra |= {"lr_mult": lr_mult,
+                      "bias_table_max_abs_seed0": history[-1][f"params/{BIAS_GROUP}/max_abs"]}
+        accs = [acc for acc, _, _ in runs]
         rows.append(summarize(key, label, range(args.seeds), accs, **extra))
 
     total = time.perf_counter() - start
     title = (f"Is the square left of the circle? test accuracy (%), {args.train_size} train / "
              f"{args.test_size} test, {args.epochs} epochs")
     print(format_table(rows, title))
-    cpu = time.process_time()
-    print(f"total {total:.0f} s wall, {cpu:.0f} s CPU")
+    cpu = sum(r["seconds"] for r in rows)
+    print(f"total {total:.0f} s wall, {cpu:.0f} s of training in {args.workers} worker(s)")
     result = {
         "experiment": "position",
         "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
                    "test_size": args.test_size, "lr": LR, "batch_size": BATCH, "dim": DIM,
                    "num_heads": HEADS, "stem_width": STEM_WIDTH, "cnn_width": CNN_WIDTH,
-                   "threads": args.threads},
+                   "threads": args.threads, "workers": args.workers},
         "rows": rows,
         "seconds": total,
-        "cpu_seconds": cpu,
+        "training_seconds": cpu,
     }
     write_json(result, args.out / "position.json")
     bar_plot(rows, args.out / "position.png", "Is the square left of the circle?", chance=0.5)
     plot_parameter_stats(histories, BIAS_GROUP, args.out / "position_bias_stats.png",
                          title="Relative-offset bias table: default lr vs 10x lr (Adam)")
     return result
+
+
+def _collect(outcomes) -> dict[tuple[int, int], tuple[float, float, list | None]]:
+    results = {}
+    for row, seed, acc, seconds, history in outcomes:
+        print(f"  {ROWS[row][1]:32s} seed {seed}: {100 * acc:5.1f}%  ({seconds:.0f} s)",
+              flush=True)
+        results[row, seed] = (acc, seconds, history)
+    return results
 
 
 if __name__ == "__main__":
