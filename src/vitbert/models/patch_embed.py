@@ -14,6 +14,14 @@ def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
+def _grid(img_size: int | tuple[int, int], patch_size: int) -> tuple[int, int]:
+    """(rows, cols) of P×P patches; the image must tile exactly."""
+    rows, cols = _pair(img_size)
+    if rows % patch_size or cols % patch_size:
+        raise ValueError(f"image size {(rows, cols)} is not a multiple of patch size {patch_size}")
+    return rows // patch_size, cols // patch_size
+
+
 class PatchEmbed(nn.Module):
     """Cut the image into P×P patches with one shared projection: a conv, kernel = stride = P.
 
@@ -25,11 +33,8 @@ class PatchEmbed(nn.Module):
         embed_dim: int = 768,
     ) -> None:
         super().__init__()
-        img_size = _pair(img_size)
-        if img_size[0] % patch_size or img_size[1] % patch_size:
-            raise ValueError(f"image size {img_size} is not a multiple of patch size {patch_size}")
         self.patch_size = patch_size
-        self.grid_size = (img_size[0] // patch_size, img_size[1] // patch_size)
+        self.grid_size = _grid(img_size, patch_size)
         self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -49,11 +54,8 @@ class ConvStem(nn.Module):
         embed_dim: int = 64, hidden_dim: int = 32,
     ) -> None:
         super().__init__()
-        img_size = _pair(img_size)
-        if img_size[0] % patch_size or img_size[1] % patch_size:
-            raise ValueError(f"image size {img_size} is not a multiple of patch size {patch_size}")
         self.patch_size = patch_size
-        self.grid_size = (img_size[0] // patch_size, img_size[1] // patch_size)
+        self.grid_size = _grid(img_size, patch_size)
         self.stem = nn.Sequential(
             nn.Conv2d(in_chans, hidden_dim, 3, padding=1, bias=False),
             nn.BatchNorm2d(hidden_dim),
