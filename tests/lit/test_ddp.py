@@ -50,5 +50,10 @@ def test_two_process_ddp_synchronises_metrics(tmp_path, monkeypatch):
         "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt"),
     ])
     figures = single.trainer.callback_metrics
-    for name in ("val/top1", "val/top5_text", "val/loss"):
+    # Losses are continuous: synchronised means equal to float noise; one rank's half would not.
+    for name in ("val/loss", "val/loss_text"):
         assert float(logged[name]) == pytest.approx(float(figures[name]), abs=1e-4), name
+    # Accuracies count argmax hits; a barely trained model has near-ties that other batch
+    # paddings can flip, so allow one target (64 captions hold about 100 targets).
+    for name in ("val/top1", "val/top5_text"):
+        assert float(logged[name]) == pytest.approx(float(figures[name]), abs=0.015), name
