@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
 from vitbert.data.datamodule import CaptionDataModule
+from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.summary import ValidationSummary
 from vitbert.lit.writer import PredictionWriter
@@ -48,10 +49,12 @@ class VitBertCLI(LightningCLI):
                 "checkpoint.filename": "best-step{step}",
                 "checkpoint.monitor": "val/top5",
                 "checkpoint.mode": "max",
-                "checkpoint.save_last": True,
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
+        # last.ckpt, always current (see LastCheckpoint for why not save_last=True).
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
+        parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")
         # `predict` streams its results to --prediction_writer.output (JSON Lines, atomically).
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         parser.link_arguments("model.net.image.image_size", "data.init_args.image_size")

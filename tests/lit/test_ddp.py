@@ -38,6 +38,8 @@ def test_two_process_ddp_synchronises_metrics(tmp_path, monkeypatch):
     assert "world_size: 2" in done.stderr or "distributed_backend=gloo" in done.stderr
 
     checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    # last.ckpt holds the final step even though validation got worse at step 4 (Lightning's
+    # save_last alone would have left it at step 2).
     assert "last.ckpt" in checkpoints and len([c for c in checkpoints if c.startswith("best")]) == 1
 
     rows = list(csv.DictReader(next((tmp_path / "logs").rglob("metrics.csv")).open()))

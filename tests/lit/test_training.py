@@ -60,6 +60,8 @@ def test_fit_learns_and_writes_checkpoints(trained):
     )
     names = {p.name for p in (tmp / "run" / "checkpoints").iterdir()}
     assert "last.ckpt" in names and any(n.startswith("best") for n in names)
+    last = torch.load(tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 16  # current, whether or not the last validation improved
 
 
 def test_checkpoint_is_plain_and_carries_tokenizer(trained):
