@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from tiny_run import TINY_MODEL, tiny_shapes
 
 from vitbert.cli import main
@@ -38,9 +39,11 @@ def test_two_process_ddp_synchronises_metrics(tmp_path, monkeypatch):
     assert "world_size: 2" in done.stderr or "distributed_backend=gloo" in done.stderr
 
     checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-    # last.ckpt holds the final step even though validation got worse at step 4 (Lightning's
-    # save_last alone would have left it at step 2).
+    # last.ckpt holds the final step whether or not the last validation improved (Lightning's
+    # save_last alone refreshes it only with a new best).
     assert "last.ckpt" in checkpoints and len([c for c in checkpoints if c.startswith("best")]) == 1
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 4
 
     rows = list(csv.DictReader(next((tmp_path / "logs").rglob("metrics.csv")).open()))
     logged = [r for r in rows if r.get("val/top1")][-1]
