@@ -234,3 +234,27 @@ def test_export_round_trip_gives_identical_outputs(trained, tmp_path):
     out = tmp_path / "never"
     assert export_main["main"](["--ckpt", str(tmp_path / "junk.ckpt"), "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_pretrained_image_weights_load_at_fit_start_only(tmp_path, monkeypatch):
+    """A fresh fit loads `image.pretrained`; a checkpoint restores everything without it."""
+    import timm
+
+    from vitbert.lit.module import MaskedLMModule
+
+    monkeypatch.chdir(tmp_path)
+    reference = timm.models.VisionTransformer(img_size=32, patch_size=16, embed_dim=32, depth=1,
+                                              num_heads=2, num_classes=0)
+    weights = tmp_path / "vit.pth"
+    torch.save(reference.state_dict(), weights)
+    vit = ["--model.net.image.kind", "vit", "--model.net.image.patch_size", "16",
+           "--model.net.image.class_token", "true", "--model.net.image.pool", "cls",
+           "--model.net.image.pretrained", str(weights)]
+    cli = fit(tmp_path, *vit, steps=0, run="pretrained")
+    ours = cli.model.net.image_tower.patch_embed.proj.weight
+    torch.testing.assert_close(ours, reference.patch_embed.proj.weight)
+    ckpt = tmp_path / "saved.ckpt"
+    cli.trainer.save_checkpoint(ckpt)
+    weights.unlink()  # gone: loading the checkpoint must not need it
+    restored = MaskedLMModule.load_from_checkpoint(ckpt, weights_only=True)
+    torch.testing.assert_close(restored.net.image_tower.patch_embed.proj.weight, ours)

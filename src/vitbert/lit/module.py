@@ -21,7 +21,7 @@ from vitbert.checkpoint import TOKENIZER_KEY, read_checkpoint, transfer_weights
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.models import VitBert, VitBertConfig, load_timm_weights
 
 IGNORE_INDEX = -100
 
@@ -70,7 +70,9 @@ class MaskedLMModule(L.LightningModule):
             }
         )
         self.optimizer_config = optimizer
-        self.net = VitBert(net)
+        # Pretrained image weights are loaded in setup("fit") of a fresh run only: a resumed run
+        # or a loaded checkpoint gets every weight from its file, with no download.
+        self.net = VitBert(net, load_pretrained=False)
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -84,11 +86,18 @@ class MaskedLMModule(L.LightningModule):
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
-        if stage == "fit" and self.hparams.init_from and not resuming:
-            source = read_checkpoint(self.hparams.init_from)
-            report = transfer_weights(self.net, source, self.tokenizer)
-            if self.trainer.is_global_zero:
-                print(f"Fine-tuning from {self.hparams.init_from}:\n{report}")
+        if stage != "fit" or resuming:
+            return
+        init_from, pretrained = self.hparams.init_from, self.net.config.image.pretrained
+        if init_from:
+            transferred = transfer_weights(self.net, read_checkpoint(init_from), self.tokenizer)
+            report = f"Fine-tuning from {init_from}:\n{transferred}"
+        elif pretrained:
+            report = f"Image tower: {load_timm_weights(self.net.image_tower, pretrained)}"
+        else:
+            return
+        if self.trainer.is_global_zero:
+            print(report)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is not None:
