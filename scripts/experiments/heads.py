@@ -29,8 +29,6 @@ LR, BATCH = 1e-3, 128
 
 def main(argv: list[str] | None = None) -> dict:
     p = parser("heads", __doc__.split("\n")[0], epochs=10, seeds=2)
-    p.add_argument("--train-size", type=int, default=8000)
-    p.add_argument("--test-size", type=int, default=2000)
     args = p.parse_args(argv)
     setup(args)
     start = time.perf_counter()

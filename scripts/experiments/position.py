@@ -73,8 +73,6 @@ def run_one(row: int, seed: int, args) -> tuple[int, int, float, float, list | N
 
 def main(argv: list[str] | None = None) -> dict:
     p = parser("position", __doc__.split("\n")[0], epochs=10, seeds=3)
-    p.add_argument("--train-size", type=int, default=8000)
-    p.add_argument("--test-size", type=int, default=2000)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="trainings run side by side, one process each (with --threads each)")
     p.set_defaults(threads=1)  # one thread per worker: the workers share the cores

@@ -62,8 +62,6 @@ def plot(gates: list[dict], rows: list[dict], path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     p = parser("scale", __doc__.split("\n")[0], epochs=5, seeds=2)
-    p.add_argument("--train-size", type=int, default=8000)
-    p.add_argument("--test-size", type=int, default=2000)
     args = p.parse_args(argv)
     setup(args)
     start = time.perf_counter()

@@ -13,8 +13,10 @@ from typing import Any
 import torch
 
 
-def parser(name: str, description: str, epochs: int, seeds: int) -> argparse.ArgumentParser:
-    """The options every experiment takes: ``--epochs``, ``--seeds``, ``--out``, ``--threads``."""
+def parser(name: str, description: str, epochs: int, seeds: int,
+           train_size: int = 8000, test_size: int = 2000) -> argparse.ArgumentParser:
+    """The options every experiment takes: ``--epochs``, ``--seeds``, ``--out``, ``--threads``,
+    and the sizes of its generated train and test sets."""
     p = argparse.ArgumentParser(
         prog=f"scripts/experiments/{name}.py", description=description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -25,6 +27,8 @@ def parser(name: str, description: str, epochs: int, seeds: int) -> argparse.Arg
                    help="folder for the JSON results and the PNG plots")
     p.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 8),
                    help="torch CPU threads")
+    p.add_argument("--train-size", type=int, default=train_size, help="training pictures")
+    p.add_argument("--test-size", type=int, default=test_size, help="test pictures")
     return p
 
 
