@@ -20,7 +20,15 @@ import torch
 
 from vitbert.experiments.data import make_shapes
 from vitbert.experiments.models import AttentionClassifier
-from vitbert.experiments.report import bar_plot, format_table, parser, setup, summarize, write_json
+from vitbert.experiments.report import (
+    bar_plot,
+    format_table,
+    parser,
+    print_run,
+    setup,
+    summarize,
+    write_json,
+)
 from vitbert.experiments.train import train_classifier
 
 HEADS, HEAD_DIM, STEM_WIDTH = (1, 2, 4, 8), 4, 4
@@ -48,8 +56,7 @@ def main(argv: list[str] | None = None) -> dict:
                                       (test.images, test.labels), args.epochs, lr=LR,
                                       batch_size=BATCH, seed=seed)
             accs.append(result.test_acc)
-            print(f"  {label:28s} seed {seed}: {100 * result.test_acc:5.1f}%  "
-                  f"({result.seconds:.0f} s)", flush=True)
+            print_run(label, seed, result.test_acc, result.seconds, width=28)
         rows.append(summarize(f"heads_{h}", label, range(args.seeds), accs, num_heads=h,
                               head_dim=HEAD_DIM))
 

@@ -27,7 +27,15 @@ import torch
 
 from vitbert.experiments.data import make_shapes
 from vitbert.experiments.models import AttentionClassifier, CNNPoolEarly, CNNPoolEnd
-from vitbert.experiments.report import bar_plot, format_table, parser, setup, summarize, write_json
+from vitbert.experiments.report import (
+    bar_plot,
+    format_table,
+    parser,
+    print_run,
+    setup,
+    summarize,
+    write_json,
+)
 from vitbert.experiments.train import train_classifier
 from vitbert.lit.callbacks import ParameterStatsCallback, plot_parameter_stats
 
@@ -131,8 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
 def _collect(outcomes) -> dict[tuple[int, int], tuple[float, float, list | None]]:
     results = {}
     for row, seed, acc, seconds, history in outcomes:
-        print(f"  {ROWS[row][1]:32s} seed {seed}: {100 * acc:5.1f}%  ({seconds:.0f} s)",
-              flush=True)
+        print_run(ROWS[row][1], seed, acc, seconds)
         results[row, seed] = (acc, seconds, history)
     return results
 

@@ -18,7 +18,14 @@ import time
 
 import torch
 
-from vitbert.experiments.report import format_table, parser, setup, summarize, write_json
+from vitbert.experiments.report import (
+    format_table,
+    parser,
+    print_run,
+    setup,
+    summarize,
+    write_json,
+)
 from vitbert.experiments.scaling import RecallModel, make_recall, max_gate
 from vitbert.experiments.train import train_classifier
 
@@ -83,8 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
                                       seed=seed)
             accs.append(result.test_acc)
             losses.append(result.train_loss)
-            print(f"  {label:16s} seed {seed}: {100 * result.test_acc:5.1f}%  "
-                  f"({result.seconds:.0f} s)", flush=True)
+            print_run(label, seed, result.test_acc, result.seconds, width=16)
         rows.append(summarize(key, label, range(args.seeds), accs, train_loss=losses))
     print(format_table(rows, f"Key–value recall at d = {TOY_DIM}, test accuracy (%), "
                              f"{args.epochs} epochs (chance {100 / SYMBOLS:.1f}%)"))

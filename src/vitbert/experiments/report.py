@@ -37,6 +37,11 @@ def setup(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
 
+def print_run(label: str, seed: int, test_acc: float, seconds: float, width: int = 32) -> None:
+    """One finished training, as it happens: label, seed, test accuracy, time."""
+    print(f"  {label:{width}s} seed {seed}: {100 * test_acc:5.1f}%  ({seconds:.0f} s)", flush=True)
+
+
 def summarize(key: str, label: str, seeds: Sequence[int], accs: Sequence[float],
               **extra: Any) -> dict[str, Any]:
     """One row of results: per-seed test accuracy and its mean."""
