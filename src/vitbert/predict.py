@@ -25,6 +25,7 @@ from torch import Tensor
 
 from vitbert.checkpoint import load_model
 from vitbert.data.cache import BadImageError, decode_image, resize_center_crop, to_rgb
+from vitbert.decoding import fill, guesses
 
 ImageLike = str | Path | Image.Image | np.ndarray | Tensor
 MASK = "[MASK]"
@@ -91,7 +92,6 @@ class FillMask:
         self.mask_token_id: int = tokenizer.mask_token_id
         self.image_size: int = model.config.image.image_size
         self.max_len: int = model.config.text.max_len
-        self._special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device | None = None
@@ -110,7 +110,10 @@ class FillMask:
 
     def __call__(self, text: str | list[str], image: ImageLike | list | None = None,
                  top_k: int = 5) -> list:
-        """Per [MASK], a list of ``{"score", "token", "token_str"}``, best first.
+        """Per [MASK], a list of ``{"score", "token", "token_str", "sequence"}``, best first.
+
+        ``sequence`` is the text with that [MASK] filled by the guess (other [MASK]s kept), as
+        the pipeline gives it. Guesses come from :func:`vitbert.decoding.guesses`.
 
         One text with one [MASK] → a list of ``top_k`` dicts; with several [MASK]s → one such list
         per mask. A list of texts → a list of those, computed in one forward pass (padded to the
@@ -208,16 +211,13 @@ class FillMask:
         pixels, visible = self._images(images)
         logits = self.model(input_ids, batch["attention_mask"], images=pixels,
                             image_mask=visible, target_mask=target_mask)  # (M, V)
-        probs = logits.float().softmax(dim=-1)  # over the whole vocabulary, like the pipeline
-        probs[:, self._special.to(probs.device)] = -1.0  # never a guess
-        top = probs.topk(min(top_k, probs.shape[-1] - len(self._special)), dim=-1)  # (M, k)
-        decode = self.tokenizer.decode  # "##ing" stays "##ing", as in the pipeline
-        guesses = [
-            [{"score": score, "token": token, "token_str": decode([token])}
-             for score, token in zip(scores, ids, strict=True)]
-            for scores, ids in zip(top.values.tolist(), top.indices.tolist(), strict=True)
-        ]  # (M, k), masks in reading order, text after text
-        rows = iter(guesses)
+        guessed = guesses(logits, top_k, self.tokenizer)  # (M, k), reading order, text after text
+        lengths = batch["attention_mask"].sum(dim=1).tolist()
+        for per_mask, (b, t) in zip(guessed, target_mask.nonzero().tolist(), strict=True):
+            ids = input_ids[b, : lengths[b]].tolist()
+            for guess in per_mask:  # the pipeline's "sequence": the text with this guess in
+                guess["sequence"] = fill(self.tokenizer, ids, t, guess["token"])
+        rows = iter(guessed)
         return [[next(rows) for _ in range(n)] for n in target_mask.sum(dim=1).tolist()]
 
     def _images(self, images: list) -> tuple[Tensor | None, Tensor | None]:

@@ -14,7 +14,7 @@ from vitbert.checkpoint import CheckpointError
 from vitbert.data.cache import BadImageError, decode_image
 from vitbert.predict import FillMask, PredictError, load_image
 
-KEYS = {"score", "token", "token_str"}
+KEYS = {"score", "token", "token_str", "sequence"}
 
 
 def assert_guesses(guesses, k, tokenizer):
@@ -90,6 +90,17 @@ def test_compare_gives_both_readings(fill_mask, trained):
     # The photo changes the scores (2 training steps: slightly, but not zero).
     first = result["masks"][0]
     assert [g["score"] for g in first["with_image"]] != [g["score"] for g in first["text_only"]]
+
+
+def test_sequence_is_the_text_with_that_mask_filled(fill_mask):
+    text = "a [MASK] circle [MASK] a square"
+    tokenizer = fill_mask.tokenizer
+    for i, guesses in enumerate(fill_mask(text, top_k=3)):
+        for guess in guesses:
+            parts = text.split("[MASK]")  # the other [MASK] stays, as in the pipeline
+            filled = [guess["token_str"] if j == i else "[MASK]" for j in range(2)]
+            expected = parts[0] + filled[0] + parts[1] + filled[1] + parts[2]
+            assert guess["sequence"] == tokenizer.decode(tokenizer(expected)["input_ids"][1:-1])
 
 
 def test_scores_are_vocabulary_probabilities_without_special_tokens(fill_mask):
