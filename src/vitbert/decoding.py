@@ -81,12 +81,15 @@ def prediction_records(
     """One record per caption of a collated batch (the shape in the module docstring).
 
     ``readings`` maps a condition's key to (logits (M_r, V) at the targets of the captions it
-    read, in reading order; which captions it read (B,) bool). A caption a reading skipped gets
-    ``None`` there.
+    read, in reading order, or None when it read none; which captions it read (B,) bool). A
+    caption a reading skipped gets ``None`` there.
     """
     targets_at = batch["labels"] != IGNORE_INDEX  # (B, T)
     by_position: dict[str, dict[tuple[int, int], list[Guess]]] = {}
     for key, (logits, read) in readings.items():
+        if logits is None:
+            by_position[key] = {}
+            continue
         positions = (targets_at & read[:, None].to(targets_at.device)).nonzero().tolist()
         by_position[key] = dict(zip(map(tuple, positions), guesses(logits, k, tokenizer),
                                     strict=True))

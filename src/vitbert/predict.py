@@ -141,7 +141,7 @@ class FillMask:
         pass: the second row sees the photo's tokens blocked, which the model defines as equal
         to reading the text alone.
         """
-        with_image, text_only = self._top_k([text, text], [image, None], top_k)
+        with_image, text_only = self._top_k([text, text], [image, None], top_k, sequence=False)
         return {
             "text": text,
             "masks": [
@@ -201,8 +201,13 @@ class FillMask:
         return {key: batch[key].to(self.device) for key in ("input_ids", "attention_mask")}
 
     @torch.inference_mode()
-    def _top_k(self, texts: list[str], images: list, top_k: int) -> list[list[list[dict]]]:
-        """Per text, per [MASK], ``top_k`` guesses, best first; one forward pass for all texts."""
+    def _top_k(self, texts: list[str], images: list, top_k: int, sequence: bool = True
+               ) -> list[list[list[dict]]]:
+        """Per text, per [MASK], ``top_k`` guesses, best first; one forward pass for all texts.
+
+        ``sequence``: add the pipeline's filled-in text to each guess (not in the records of
+        :meth:`compare`, which share :mod:`vitbert.decoding`'s shape with ``train.py predict``).
+        """
         if top_k < 1:
             raise PredictError(f"top_k={top_k}: ask for at least one guess")
         batch = self._encode(texts)
@@ -212,11 +217,12 @@ class FillMask:
         logits = self.model(input_ids, batch["attention_mask"], images=pixels,
                             image_mask=visible, target_mask=target_mask)  # (M, V)
         guessed = guesses(logits, top_k, self.tokenizer)  # (M, k), reading order, text after text
-        lengths = batch["attention_mask"].sum(dim=1).tolist()
-        for per_mask, (b, t) in zip(guessed, target_mask.nonzero().tolist(), strict=True):
-            ids = input_ids[b, : lengths[b]].tolist()
-            for guess in per_mask:  # the pipeline's "sequence": the text with this guess in
-                guess["sequence"] = fill(self.tokenizer, ids, t, guess["token"])
+        if sequence:  # the pipeline's "sequence": the text with this guess in its [MASK]
+            lengths = batch["attention_mask"].sum(dim=1).tolist()
+            for per_mask, (b, t) in zip(guessed, target_mask.nonzero().tolist(), strict=True):
+                ids = input_ids[b, : lengths[b]].tolist()
+                for guess in per_mask:
+                    guess["sequence"] = fill(self.tokenizer, ids, t, guess["token"])
         rows = iter(guessed)
         return [[next(rows) for _ in range(n)] for n in target_mask.sum(dim=1).tolist()]
 

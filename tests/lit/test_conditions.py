@@ -104,3 +104,27 @@ def test_the_model_sees_the_other_images_photo():
     assert (another != image_ids.to(torch.uint8)).all()
     assert seen[0] is batch["images"] and seen[2] is None
     assert readings[ANOTHER_PHOTO][1].all()
+
+
+def test_collated_flickr_like_batches_carry_the_image_and_never_meet_their_own():
+    """Five captions per photo, kept together by the loader as Flickr30k's are: the collator
+    passes each item's cache row on as image_id, and the control sends every caption elsewhere;
+    a last batch holding a single photo is left out of the control."""
+    from torch.utils.data import DataLoader
+
+    from vitbert.data.masking import MLMCollator
+    from vitbert.data.tokenizer import train_wordpiece
+
+    captions = [f"a dog number {i} runs on the grass ." for i in range(5)]
+    tokenizer = train_wordpiece(captions * 4, vocab_size=60, min_frequency=1)
+    items = [{"image": torch.full((3, 2, 2), row, dtype=torch.uint8), "caption": caption,
+              "index": 5 * row + i, "row": row}
+             for row in range(7) for i, caption in enumerate(captions)]  # 35 captions, 7 photos
+    loader = DataLoader(items, batch_size=16, collate_fn=MLMCollator(tokenizer, seed=0,
+                                                                      deterministic=True))
+    batches = list(loader)  # 16 + 16 + 3: the last batch holds the last photo only
+    for batch in batches:
+        assert torch.equal(batch["image_id"], batch["images"][:, 0, 0, 0].long())
+        photos, reads = ANOTHER_PHOTO.view(batch)
+        assert (photos[:, 0, 0, 0].long() != batch["image_id"][reads]).all()
+    assert [int(ANOTHER_PHOTO.view(b)[1].sum()) for b in batches] == [16, 16, 0]

@@ -52,3 +52,18 @@ def test_records_align_guesses_with_their_captions_and_skip_unread_ones(tokenize
             assert mask["with_image"][0]["token_str"] == mask["truth"]
     assert records[0]["masks"][0]["another_image"] is None  # this caption was not read
     assert records[1]["masks"][1]["another_image"][0]["token_str"] == "of"
+
+
+def test_a_reading_of_no_caption_gives_none_everywhere(tokenizer):
+    ids = tokenizer(["a red circle"], return_tensors="pt")["input_ids"]
+    labels = torch.full_like(ids, -100)
+    labels[0, 2] = ids[0, 2]
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),
+             "labels": labels, "index": torch.tensor([0])}
+    logits = torch.randn(1, len(tokenizer))
+    records = prediction_records(tokenizer, batch, {"with_image": (logits, torch.tensor([True])),
+                                                    "another_image": (None, torch.tensor([False]))},
+                                 k=3)
+    assert "image_id" not in records[0]  # the batch has none
+    assert records[0]["masks"][0]["another_image"] is None
+    assert len(records[0]["masks"][0]["with_image"]) == 3

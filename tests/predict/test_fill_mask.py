@@ -85,6 +85,7 @@ def test_compare_gives_both_readings(fill_mask, trained):
     for mask, with_image, text_only in zip(result["masks"], fill_mask(text, trained.photo, 3),
                                            fill_mask(text, None, 3), strict=True):
         assert list(mask) == ["index", "with_image", "text_only"]
+        assert set(mask["with_image"][0]) == {"score", "token", "token_str"}  # train.py's shape
         assert [g["token"] for g in mask["with_image"]] == [g["token"] for g in with_image]
         assert [g["token"] for g in mask["text_only"]] == [g["token"] for g in text_only]
     # The photo changes the scores (2 training steps: slightly, but not zero).

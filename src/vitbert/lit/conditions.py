@@ -29,13 +29,14 @@ def another_photo(image_ids: Tensor) -> tuple[Tensor, Tensor]:
     A derangement by image id: the distinct ids of the batch, sorted, each send their captions the
     photo of the next id (the last to the first), taken from the first row that holds it. It never
     pairs a caption with its own image (several captions of one photo, as in Flickr30k's five,
-    all move together), and it depends on the batch's ids alone: the same across runs, workers and
-    DDP ranks.
+    all move together), and it depends on the batch's ids alone, not on a random state: a batch
+    gets the same pairing in every run, worker and DDP rank.
 
     When every caption of the batch shares one image (a last batch of a few captions) there is no
     other photo in the batch. Those captions are *left out* of the another-photo reading and
-    counted (``mismatch_skipped``), rather than given a photo from elsewhere (a previous batch
-    would make the figure depend on loader order) or their own (which would flatter the control).
+    counted (the metric ``skipped_mismatch``, in captions), rather than given a photo from
+    elsewhere (a previous batch would make the figure depend on loader order) or their own (which
+    would flatter the control).
 
     Args:
         image_ids: (B,) which image each caption describes.
