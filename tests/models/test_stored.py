@@ -58,10 +58,37 @@ def test_timm_weights_and_our_checkpoints_go_through_one_transfer(ckpt, tokenize
     from_timm = io.load_image_weights(target.image_tower, _timm_layout(source.image_tower))
     assert type(from_timm) is io.TransferReport and from_timm.missing == []
     report = io.initialize(target, init_from=str(path), tokenizer=tokenizer)
-    assert report.startswith(f"Fine-tuning from {path}: copied {len(source.state_dict())} tensors")
+    copied = len(source.state_dict()) - 1  # the tied decoder matrix moves with the embedding
+    assert report.startswith(f"Fine-tuning from {path}: copied {copied} tensors")
     assert calls == ["a state dict", str(path)]
     for key, value in source.state_dict().items():
         assert torch.equal(target.state_dict()[key], value), key
+
+
+def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer):
+    """Same vocabulary size, two tokens' ids swapped: every row (and the tied decoder) follows."""
+    import json
+
+    from vitbert.data.tokenizer import tokenizer_from_json
+
+    spec = json.loads(tokenizer_to_json(tokenizer))
+    vocab = spec["model"]["vocab"]
+    a, b = "a", "of"
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    old_json = json.dumps(spec)
+    assert tokenizer_from_json(old_json).get_vocab()[a] == tokenizer.get_vocab()[b]
+    source = VitBert(make_tiny_config(vocab_size=len(tokenizer)))
+    target = VitBert(make_tiny_config(vocab_size=len(tokenizer)))
+    stored = io.StoredModel(source.config, source.state_dict(), old_json, "memory")
+    report = io.transfer_weights(target, stored, tokenizer)
+    assert "matched by text" in report.vocabulary and not report.skipped
+    new_ids, old_ids = tokenizer.get_vocab(), tokenizer_from_json(old_json).get_vocab()
+    for token in (a, b, "[MASK]"):
+        new, old = new_ids[token], old_ids[token]
+        assert torch.equal(target.text.embeddings.word.weight[new],
+                           source.text.embeddings.word.weight[old]), token
+        assert torch.equal(target.mlm_head.decoder.bias[new], source.mlm_head.decoder.bias[old])
+    assert _tied(target)
 
 
 def test_exported_folder_round_trip_is_bit_identical(tmp_path, model):

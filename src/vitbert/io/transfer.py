@@ -77,6 +77,8 @@ def transfer_weights(model: nn.Module, source: StoredModel, tokenizer=None, *,
     updates: dict[str, tuple[Tensor, Tensor | None]] = {}  # name → (value, rows or None = all)
     misfits = []
     for name, value in source.state_dict.items():
+        if name == TIED_KEY:
+            continue  # the decoder shares the word embedding's matrix: it moves through that
         if name not in target:
             report.skipped.append(f"{name} (not in this model)")
             continue
