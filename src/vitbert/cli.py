@@ -4,8 +4,8 @@ Every setting is a typed constructor argument of :class:`~vitbert.lit.module.Mas
 a data module, or the Trainer, so ``--help`` lists them all and a YAML file in ``configs/`` can set
 any of them. Without ``--config`` the embedded default (``configs/default.yaml``) is used: it
 generates its data and trains on a CPU in minutes. Values the model needs from the data (the
-tokenizer's vocabulary size and padding id) are linked, never written twice; the image size is
-set once, on the model, and passed to the data.
+tokenizer's vocabulary size and padding id) are linked, never written twice; the image size and
+the longest caption are set once, on the model, and passed to the data.
 """
 
 from __future__ import annotations
@@ -57,7 +57,9 @@ class VitBertCLI(LightningCLI):
         parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")
         # `predict` streams its results to --prediction_writer.output (JSON Lines, atomically).
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
-        parser.link_arguments("model.net.image.image_size", "data.init_args.image_size")
+        # Sizes the data must agree with are set once, on the model.
+        parser.link_arguments("model.net.image.image_size", "data.image_size")
+        parser.link_arguments("model.net.text.max_len", "data.max_length")
         parser.link_arguments("data.num_tokens", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
@@ -71,7 +73,7 @@ def main(args: list[str] | None = None) -> VitBertCLI:
     return VitBertCLI(
         MaskedLMModule,
         CaptionDataModule,
-        subclass_mode_data=True,
+        subclass_mode_data=False,  # one data module; the source varies
         trainer_defaults={
             "logger": _loggers(),
             "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step")],

@@ -164,7 +164,8 @@ model:
     text: {dim: 16, depth: 1, num_heads: 2, max_len: 32}
     image_tokens: patches
 data:
-  init_args: {batch_size: 8, num_workers: 0}
+  batch_size: 8
+  num_workers: 0
 """
     (tmp_path / "tiny.yaml").write_text(yaml_text)
     argv = ["--json", "--sections", "train", "inference", "cuda", "--levers",
