@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
@@ -68,6 +69,8 @@ def main(args: list[str] | None = None) -> VitBertCLI:
     if args and args[0] in subcommands and not any(a.split("=")[0] in CONFIG_FLAGS for a in args):
         # No config given: the embedded default, which runs anywhere in minutes.
         args[1:1] = ["--config", str(DEFAULT_CONFIG)]
+    # The config dataclasses document each field in a docstring under it; --help shows them.
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     return VitBertCLI(
         MaskedLMModule,
         CaptionDataModule,
