@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
@@ -131,6 +132,8 @@ def main(args: list[str] | None = None) -> VitBertCLI:
 
 
 def _cli(args: list[str]) -> VitBertCLI:
+    # The config dataclasses document each field in a docstring under it; --help shows them.
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
     progress = _progress()
     return VitBertCLI(
         MaskedLMModule,

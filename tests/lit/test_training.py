@@ -191,7 +191,8 @@ def test_transfer_resamples_image_positions_and_extends_text_positions():
     from vitbert.models import VitBert, VitBertConfig
 
     small = VitBertConfig.from_dict({"vocab_size": 50, "image": {"image_size": 32, "dim": 32,
-                                     "num_heads": 2}, "text": {"dim": 32, "num_heads": 2}})
+                                     "num_heads": 2}, "text": {"dim": 32, "num_heads": 2,
+                                                              "max_len": 64}})
     source = VitBert(small)
     with torch.no_grad():  # a smooth table: every channel holds the row coordinate (8×8 grid)
         rows = torch.arange(8).repeat_interleave(8).float() / 7
