@@ -18,7 +18,7 @@ from vitbert.bench.cuda import cuda_benchmark, device_peak_tflops
 from vitbert.bench.reference import ReferenceModel
 from vitbert.bench.step import SplitQKV, manual_attention, pad_batches, synthetic_batches
 from vitbert.models import VitBert, VitBertConfig
-from vitbert.nn import Attention, Block, key_padding_mask
+from vitbert.nn import Attention, Block, BlockConfig, key_padding_mask
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -53,7 +53,7 @@ def test_block_hand_count():
             + 2 * (2 * B * L * D * 4 * D))  # fc1, fc2
     assert hand == 16960
     assert flops.block_flops(B, L, D, H) == hand
-    block = Block(D, H)
+    block = Block(BlockConfig(D, H))
     mask = key_padding_mask(torch.ones(B, L, dtype=torch.bool))
     assert counted(lambda: block(torch.randn(B, L, D), mask)) == hand
     assert flops.StepFlops({"block": hand}).step_total == 3 * hand
@@ -164,7 +164,8 @@ model:
     text: {dim: 16, depth: 1, num_heads: 2, max_len: 32}
     image_tokens: patches
 data:
-  init_args: {batch_size: 8, num_workers: 0}
+  batch_size: 8
+  num_workers: 0
 """
     (tmp_path / "tiny.yaml").write_text(yaml_text)
     argv = ["--json", "--sections", "train", "inference", "cuda", "--levers",

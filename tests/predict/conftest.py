@@ -24,9 +24,9 @@ TINY_NET = [
     "--model.net.text.num_heads", "2",
 ]
 TINY_DATA = [
-    "--data.init_args.num_train", "128", "--data.init_args.num_val", "16",
-    "--data.init_args.num_test", "16", "--data.init_args.num_workers", "0",
-    "--data.init_args.batch_size", "8",
+    "--data.source.init_args.num_train", "128", "--data.source.init_args.num_val", "16",
+    "--data.source.init_args.num_test", "16", "--data.num_workers", "0",
+    "--data.batch_size", "8",
 ]
 # The logger stays on in `fit` (the CLI's LearningRateMonitor needs one); it writes to ./logs of
 # the tmp folder.
@@ -46,7 +46,7 @@ class Trained:
 
 
 def data_args(root: Path) -> list[str]:
-    return ["--data.init_args.root", str(root / "shapes"), *TINY_DATA]
+    return ["--data.source.init_args.root", str(root / "shapes"), *TINY_DATA]
 
 
 @pytest.fixture(scope="session")

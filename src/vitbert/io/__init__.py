@@ -1,7 +1,7 @@
 """Stored models, in one place: every read and write of a model's weights goes through here.
 
 * :mod:`.files`: the file names, :func:`read_checkpoint` (a ``.ckpt`` or an exported folder,
-  unpickled with ``weights_only=True``), :func:`write_exported`, :func:`atomic_write`.
+  unpickled with ``weights_only=True``), :func:`write_exported`.
 * :mod:`.transfer`: :func:`transfer_weights`, the one way weights move into a model that may
   differ from the one that wrote them, and its :class:`TransferReport`.
 * :mod:`.timm`: pretrained timm ViT weights renamed for the image tower.
@@ -18,7 +18,6 @@ from vitbert.io.files import (
     WEIGHTS_FILE,
     CheckpointError,
     StoredModel,
-    atomic_write,
     read_checkpoint,
     write_exported,
 )
@@ -36,7 +35,6 @@ __all__ = [
     "CheckpointError",
     "StoredModel",
     "TransferReport",
-    "atomic_write",
     "export",
     "initialize",
     "load_image_weights",

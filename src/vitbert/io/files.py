@@ -10,17 +10,14 @@ Two kinds of file hold a model:
   once, under the word embedding (:data:`TIED_SOURCE`).
 
 Every read goes through :func:`read_checkpoint`, which unpickles with ``weights_only=True``: a
-file whose pickle would run code is refused. Every write goes through :func:`atomic_write`.
+file whose pickle would run code is refused. Every write is atomic and readable by others
+(:func:`vitbert.data.files.atomic_write`, the project's one atomic-write helper).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from vitbert.data.files import atomic_write
 from vitbert.models.config import VitBertConfig
 
 if TYPE_CHECKING:
@@ -55,25 +53,6 @@ class StoredModel:
     state_dict: dict[str, Tensor]
     tokenizer_json: str | None
     source: str
-
-
-@contextmanager
-def atomic_write(path: str | Path, mode: int = _SHARED_FILE_MODE) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; when the block succeeds it becomes ``path``.
-
-    A reader never sees a half-written file, and a failed write leaves the old file in place.
-    The result gets ``mode`` (readable by everyone by default; temporary files start at 0600).
-    """
-    path = Path(path)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    temporary = Path(name)
-    try:
-        yield temporary
-        temporary.chmod(mode)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def read_checkpoint(path: str | Path) -> StoredModel:
@@ -142,20 +121,19 @@ def _read_exported(folder: Path) -> StoredModel:
 def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | None = None
                    ) -> Path:
     """``model.safetensors`` + ``config.json`` (+ ``tokenizer.json``), the tied matrix once."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     folder = Path(folder)
     if not folder.is_dir():
         folder.mkdir(parents=True)
         folder.chmod(_SHARED_FOLDER_MODE)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
-    with atomic_write(folder / WEIGHTS_FILE) as temporary:
-        save_file(state, temporary, metadata={"format": "pt"})
-    with atomic_write(folder / CONFIG_FILE) as temporary:
-        temporary.write_text(json.dumps(model.config.to_dict(), indent=2) + "\n")
+    files = {WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
+             CONFIG_FILE: json.dumps(model.config.to_dict(), indent=2) + "\n"}
     if tokenizer_json is not None:
-        with atomic_write(folder / TOKENIZER_FILE) as temporary:
-            temporary.write_text(tokenizer_json)
+        files[TOKENIZER_FILE] = tokenizer_json
+    for name, data in files.items():
+        atomic_write(folder / name, data, permissions=_SHARED_FILE_MODE)
     return folder
 
 

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from vitbert.models.config import ImageTowerConfig
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
-from vitbert.nn import Encoder, LearnedPosition
+from vitbert.nn import BlockConfig, Encoder, LearnedPosition
 
 __all__ = ["ViT", "build_image_tower", "init_transformer_weights"]
 
@@ -65,8 +65,8 @@ class ViT(nn.Module):
         self.num_prefix_tokens = int(class_token)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if class_token else None
         self.pos_embed = LearnedPosition(self.num_prefix_tokens + self.num_patches, dim)
-        self.encoder = Encoder(dim, depth, num_heads, mlp_ratio, drop_path=drop_path,
-                               norm_eps=norm_eps)
+        block = BlockConfig(dim, num_heads, mlp_ratio, drop_path=drop_path, norm_eps=norm_eps)
+        self.encoder = Encoder(block, depth)
         # Pixel statistics belong to the weights; not saved (they come from the config).
         self.register_buffer("pixel_mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
