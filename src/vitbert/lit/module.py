@@ -14,16 +14,16 @@ from typing import Any
 import lightning as L
 from torch import Tensor
 
-from vitbert.checkpoint import TOKENIZER_KEY, read_checkpoint, transfer_weights
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
+from vitbert.io import TOKENIZER_KEY, initialize
 from vitbert.lit.callbacks import ExamplePredictions
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_lm_loss, masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
-from vitbert.models import VitBert, VitBertConfig, load_timm_weights
+from vitbert.models import VitBert, VitBertConfig
 
 
 class MaskedLMModule(L.LightningModule):
@@ -59,7 +59,7 @@ class MaskedLMModule(L.LightningModule):
             "optimizer": dataclasses.asdict(optimizer), "init_from": init_from,
             "freeze_image_tower_steps": freeze_image_tower_steps, "num_examples": num_examples})
         # Pretrained image weights load in setup("fit") of a fresh run only (no download else).
-        self.net = VitBert(net, load_pretrained=False)
+        self.net = VitBert(net)
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -72,15 +72,8 @@ class MaskedLMModule(L.LightningModule):
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage != "fit" or resuming:
             return
-        init_from, pretrained = self.hparams.init_from, self.net.config.image.pretrained
-        if init_from:
-            transferred = transfer_weights(self.net, read_checkpoint(init_from), self.tokenizer)
-            report = f"Fine-tuning from {init_from}:\n{transferred}"
-        elif pretrained:
-            report = f"Image tower: {load_timm_weights(self.net.image_tower, pretrained)}"
-        else:
-            return
-        if self.trainer.is_global_zero:
+        report = initialize(self.net, self.hparams.init_from, self.tokenizer)
+        if report and self.trainer.is_global_zero:
             print(report)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
