@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     temp = Path(tempfile.mkdtemp(prefix="vitbert-demo-"))
     os.environ["GRADIO_TEMP_DIR"] = str(temp)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home
+    # A plain `kill` (SIGTERM) ends the server through the `finally` below, like Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         return run(args)
     finally:

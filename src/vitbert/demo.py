@@ -12,7 +12,9 @@ photo (``vitbert.attention_picture``). The work is split so that tests reach eve
 - :func:`build_app` wires those to Gradio components; :func:`serve` launches it (temp folder,
   threads, no analytics).
 
-Needs the ``demo`` extra (``pip install -e ".[demo]"``): Gradio is imported only here.
+Needs the ``demo`` extra (``pip install -e ".[demo]"``): Gradio is imported only here. Uploads go to
+Gradio's temp folder, ``GRADIO_TEMP_DIR``, read when Gradio is imported: set it before importing
+this module (``scripts/demo.py`` sets a fresh folder, removed on exit).
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+
+try:
+    import gradio as gr
+except ImportError as error:  # the core install stays lean; the page is an extra
+    raise ImportError("the demo needs Gradio: pip install -e '.[demo]'") from error
 
 from vitbert.data.cache import BadImageError, to_rgb
 from vitbert.predict import MASK, FillMask, PredictError
@@ -170,7 +177,7 @@ def read_photo(path: str | Path) -> Image.Image:
     """The uploaded file as an RGB PIL image; an unreadable one is the user's error, said so."""
     try:
         with Image.open(path) as img:
-            return to_rgb(img)
+            return to_rgb(img).copy()  # decoded now, while the file is open
     except (OSError, ValueError, Image.DecompressionBombError) as error:
         raise DemoInputError(f"Cannot read the photo {Path(path).name!r} as an image ({error}); "
                              "upload a JPEG, PNG or WebP file.") from None
@@ -285,9 +292,6 @@ def write_caption(captioner, image, method: str) -> str:
 def build_app(fill_mask: FillMask, examples: list[Example], captioner=None, title: str = ""):
     """The Gradio Blocks page; ``captioner`` (a callable, see :func:`captioner_class`) adds the
     "Write a caption" button. Launch it with :func:`serve` or ``.launch()``."""
-    import gradio as gr
-
-    photo_input = _photo_input_class()
     with gr.Blocks(title="vitbert: fill the hidden word", analytics_enabled=False) as app:
         gr.Markdown(f"# Fill the hidden words of a sentence about a photo\n{title}\n\n"
                     f"Upload a photo (or pick a picture below), write a sentence with {MASK} "
@@ -296,9 +300,10 @@ def build_app(fill_mask: FillMask, examples: list[Example], captioner=None, titl
                     f"{BROUGHT_IN} marks the words the photo brought in.")
         with gr.Row():
             with gr.Column(scale=1):
-                image = photo_input(label="Photo", type="filepath", image_mode=None,
-                                    format="png", sources=["upload", "clipboard"],
-                                    height=280, elem_id="photo", elem_classes="vb-pixelated")
+                image = explain_unreadable(gr.Image(
+                    label="Photo", type="filepath", image_mode=None, format="png",
+                    sources=["upload", "clipboard"], height=280, elem_id="photo",
+                    elem_classes="vb-pixelated"))
                 gallery = gr.Gallery(value=[(ex.image, ex.label) for ex in examples],
                                      label="Or pick a picture", columns=4, height="auto",
                                      allow_preview=False, format="png", elem_id="gallery",
@@ -343,37 +348,30 @@ def build_app(fill_mask: FillMask, examples: list[Example], captioner=None, titl
 CSS = ".vb-pixelated img { image-rendering: pixelated; }"
 
 
-def _photo_input_class():
-    """gr.Image whose upload check speaks to the user: an unreadable file gets a clear message.
+def explain_unreadable(photo: gr.Image) -> gr.Image:
+    """Make ``photo``'s upload check speak to the user: a broken file gets a clear message.
 
-    Gradio opens every uploaded image with PIL before our code runs; a broken file would fail
-    there with a bare "Error". ``is_template`` keeps Gradio's own image widget in the page.
+    Gradio opens every uploaded image with PIL before our code runs, and a broken file would fail
+    there with a bare "Error". The check is wrapped on this one instance: a subclass of a Gradio
+    component would make Gradio write a type stub (.pyi) beside this source file.
     """
-    import gradio as gr
+    check = photo.preprocess
 
-    class PhotoInput(gr.Image):
-        is_template = True
+    def preprocess(payload):
+        try:
+            return check(payload)
+        except (OSError, ValueError, Image.DecompressionBombError) as error:
+            name = getattr(payload, "orig_name", None) or "the upload"
+            raise gr.Error(f"Cannot read {name!r} as an image ({error}); upload a JPEG, PNG "
+                           "or WebP file.", print_exception=False) from None
 
-        def preprocess(self, payload):
-            try:
-                return super().preprocess(payload)
-            except (OSError, ValueError, Image.DecompressionBombError) as error:
-                name = getattr(payload, "orig_name", None) or "the upload"
-                raise gr.Error(f"Cannot read {name!r} as an image ({error}); upload a JPEG, "
-                               "PNG or WebP file.", print_exception=False) from None
-
-    return PhotoInput
+    photo.preprocess = preprocess
+    return photo
 
 
 def serve(fill_mask: FillMask, examples: list[Example], port: int | None = None,
           share: bool = False, captioner=None, title: str = "", block: bool = True):
-    """Build and launch the page on 127.0.0.1 (and a public link with ``share``).
-
-    Uploads go to Gradio's temp folder, ``GRADIO_TEMP_DIR``, read when Gradio is imported and
-    when a page is built: ``scripts/demo.py`` sets it to a fresh folder before either.
-    """
-    import gradio as gr
-
+    """Build and launch the page on 127.0.0.1 (and a public link with ``share``)."""
     app = build_app(fill_mask, examples, captioner, title)
     # System fonts: the default theme would fetch Google fonts, which an offline machine lacks.
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
