@@ -20,8 +20,7 @@ import pytest
 
 pytest.importorskip("gradio", reason="the demo extra is not installed: pip install -e '.[demo]'")
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "demo.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "demo.py"
 START_TIMEOUT_S = 240  # importing torch and gradio on a busy 2-core CPU
 
 
