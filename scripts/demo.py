@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from vitbert import demo
-    from vitbert.checkpoint import CheckpointError
+    from vitbert.io import CheckpointError
     from vitbert.predict import FillMask
 
     torch.set_num_threads(max(1, args.threads))
@@ -69,9 +69,6 @@ def run(args: argparse.Namespace) -> int:
         fill_mask = FillMask.from_checkpoint(args.ckpt, device=args.device)
     except CheckpointError as error:
         return fail(str(error))
-    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
-        return fail(f"{args.ckpt}: not a loadable vitbert checkpoint "
-                    f"({type(error).__name__}: {error})")
     try:
         examples = demo.shapes_examples(fill_mask.image_size)
         if args.examples is not None:

@@ -14,7 +14,7 @@ from vitbert.data import shapes
 
 def test_gallery_holds_the_default_test_pictures_with_a_colour_hidden():
     examples = demo.shapes_examples(32, count=5)
-    images, captions = shapes.generate(2000, 32, 0, "test")  # ShapesDataModule's test split
+    images, captions = shapes.generate(2000, 32, 0, "test")  # the default's test split
     assert len(examples) == 5
     for i, example in enumerate(examples):
         assert example.image.shape == (32, 32, 3) and example.image.dtype == np.uint8
