@@ -301,7 +301,8 @@ def build_app(fill_mask: FillMask, examples: list[Example], captioner=None, titl
                     sources=["upload", "clipboard"], height=280, elem_id="photo"))
                 gallery = gr.Gallery(value=[(ex.image, ex.label) for ex in examples],
                                      label="Or pick a picture", columns=4, height="auto",
-                                     allow_preview=False, format="png", elem_id="gallery")
+                                     allow_preview=False, buttons=[], format="png",
+                                     elem_id="gallery")
             with gr.Column(scale=1):
                 text = gr.Textbox(label=f"Sentence, with {MASK} where a word is hidden",
                                   value=examples[0].text if examples else "",
