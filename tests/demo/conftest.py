@@ -83,3 +83,5 @@ def demo_server(trained, tmp_path_factory):
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         process.kill()
+        pytest.fail("scripts/demo.py did not stop within 30 s of SIGTERM")
+    assert not list(tmp.glob("vitbert-demo-*")), "the upload folder outlived the server"
