@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from vitbert.checkpoint import TOKENIZER_KEY, read_checkpoint, transfer_weights
+from vitbert.data.features import attach_image_features, batch_image, image_argument
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
@@ -39,6 +40,9 @@ class MaskedLMModule(L.LightningModule):
             by token text, so the vocabulary may differ. Ignored when resuming (``--ckpt_path``).
         freeze_image_tower_steps: keep the image tower fixed for the first N optimiser steps
             (lets a fresh projector and text tower settle before a pretrained tower is moved).
+        freeze_image_tower: keep the image tower fixed for the whole run; its output per photo is
+            then computed once at fit start into a feature cache beside the image cache
+            (`vitbert.data.features`) and training never runs the tower.
         num_examples: example predictions printed at each validation.
     """
 
@@ -51,6 +55,7 @@ class MaskedLMModule(L.LightningModule):
         init_from: str | None = None,
         freeze_image_tower_steps: int = 0,
         num_examples: int = 4,
+        freeze_image_tower: bool = False,
     ) -> None:
         super().__init__()
         net = _as_config(net)
@@ -67,12 +72,14 @@ class MaskedLMModule(L.LightningModule):
                 "init_from": init_from,
                 "freeze_image_tower_steps": freeze_image_tower_steps,
                 "num_examples": num_examples,
+                "freeze_image_tower": freeze_image_tower,
             }
         )
         self.optimizer_config = optimizer
         # Pretrained image weights are loaded in setup("fit") of a fresh run only: a resumed run
         # or a loaded checkpoint gets every weight from its file, with no download.
         self.net = VitBert(net, load_pretrained=False)
+        self.net.image_tower.requires_grad_(not freeze_image_tower)
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -99,6 +106,11 @@ class MaskedLMModule(L.LightningModule):
         if self.trainer.is_global_zero:
             print(report)
 
+    def on_fit_start(self) -> None:
+        # After every weight load (pretrained, fine-tune, resume): the cache keys on the weights.
+        if self.hparams.freeze_image_tower:
+            attach_image_features(self.trainer, self.net)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is not None:
             checkpoint[TOKENIZER_KEY] = tokenizer_to_json(self.tokenizer)
@@ -115,12 +127,12 @@ class MaskedLMModule(L.LightningModule):
         return self.net(
             batch["input_ids"],
             batch["attention_mask"],
-            images=images,
+            **image_argument(batch, images),
             target_mask=batch["labels"] != IGNORE_INDEX,
         )
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits = self(batch, batch["images"])  # (M, V)
+        logits = self(batch, batch_image(batch))  # (M, V)
         targets = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (M,)
         loss = F.cross_entropy(logits.float(), targets)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
@@ -137,8 +149,9 @@ class MaskedLMModule(L.LightningModule):
     def _evaluate(self, batch: dict[str, Tensor], metrics: MaskedLMMetrics) -> None:
         targets_at = batch["labels"] != IGNORE_INDEX
         targets, is_content = batch["labels"][targets_at], batch["content_mask"][targets_at]
-        mismatched = batch["images"].roll(1, dims=0)  # each caption meets its neighbour's photo
-        for suffix, images in (("", batch["images"]), ("_text", None), ("_mismatch", mismatched)):
+        photos = batch_image(batch)  # pixels, or the frozen tower's cached features
+        mismatched = photos.roll(1, dims=0)  # each caption meets its neighbour's photo
+        for suffix, images in (("", photos), ("_text", None), ("_mismatch", mismatched)):
             metrics.update(suffix, self(batch, images), targets, is_content)
 
     def on_validation_epoch_end(self) -> None:
@@ -171,7 +184,7 @@ class MaskedLMModule(L.LightningModule):
             masked = batch["input_ids"].masked_fill(targets_at, self.tokenizer.mask_token_id)
             batch = {**batch, "input_ids": masked}
         # Probabilities over the whole vocabulary, then the k best: (M, k) each.
-        with_image = self(batch, batch["images"]).float().softmax(-1).topk(top_k, dim=-1)
+        with_image = self(batch, batch_image(batch)).float().softmax(-1).topk(top_k, dim=-1)
         text_only = self(batch, None).float().softmax(-1).topk(top_k, dim=-1)
         rows, cols = targets_at.nonzero(as_tuple=True)
         decode = self._decode_token
@@ -227,7 +240,7 @@ class MaskedLMModule(L.LightningModule):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         frozen_for = self.hparams.freeze_image_tower_steps
-        if frozen_for:
+        if frozen_for and not self.hparams.freeze_image_tower:
             self.net.image_tower.requires_grad_(self.global_step >= frozen_for)
 
     def configure_optimizers(self):
