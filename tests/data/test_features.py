@@ -139,8 +139,9 @@ def test_fit_with_a_frozen_tower_trains_on_cached_features(datamodule, tmp_path)
         def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dl_idx=0):
             seen.append(set(batch))
 
-    trainer = L.Trainer(max_steps=3, val_check_interval=3, limit_val_batches=1, num_sanity_val_steps=1,
-                        accelerator="cpu", logger=False, enable_checkpointing=False,
+    trainer = L.Trainer(max_steps=3, val_check_interval=3, limit_val_batches=1,
+                        num_sanity_val_steps=1, accelerator="cpu", logger=False,
+                        enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path, callbacks=[Spy()])
     trainer.fit(module, datamodule=datamodule)

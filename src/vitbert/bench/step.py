@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from vitbert.bench.flops import num_image_tokens, reference_step_flops, vitbert_step_flops
 from vitbert.bench.reference import ReferenceModel
+from vitbert.data.features import batch_image, image_argument
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups
 from vitbert.models import VitBert, VitBertConfig
 
@@ -167,11 +168,12 @@ def vitbert_loss(model: nn.Module, batch: Batch, full_logits: bool = False) -> T
     """The LightningModule's training loss: CE on the masked positions only (or, for the lever,
     logits at every word position and CE with ``ignore_index``)."""
     targets_at = batch["labels"] != IGNORE_INDEX
+    image = image_argument(batch, batch_image(batch))  # pixels, or a frozen tower's features
     if full_logits:
-        logits = model(batch["input_ids"], batch["attention_mask"], images=batch["images"])
+        logits = model(batch["input_ids"], batch["attention_mask"], **image)
         return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
                                ignore_index=IGNORE_INDEX)
-    logits = model(batch["input_ids"], batch["attention_mask"], images=batch["images"],
+    logits = model(batch["input_ids"], batch["attention_mask"], **image,
                    target_mask=targets_at)  # (M, V)
     return F.cross_entropy(logits.float(), batch["labels"][targets_at])
 
