@@ -70,18 +70,18 @@ class SlowPart(nn.Module):
         super().__init__()
         self.lin = nn.Linear(4, 4)
 
-    def forward(self, x):
-        return _Slow.apply(self.lin(x))
+    def forward(self, x):  # dict-like, as transformers' ModelOutput
+        return {"hidden": _Slow.apply(self.lin(x))}
 
 
 def test_part_clock_attributes_forward_and_backward_to_the_right_part():
     first, slow, last = nn.Linear(4, 4), SlowPart(), nn.Linear(4, 4)
     clock = PartClock({"first": first, "slow": slow, "last": last}, torch.device("cpu"))
     x = torch.randn(2, 4)  # needs no grad: "first"'s backward runs to the end of backward()
-    last(slow(first(x))).sum().backward()
+    last(slow(first(x))["hidden"]).sum().backward()
     clock.backward_done()
     clock.remove()
-    assert clock.seconds["slow"] >= 0.5  # 0.2 forward + 0.3 backward
+    assert clock.seconds["slow"] >= 0.5  # 0.2 forward + 0.3 backward, behind a dict output
     assert clock.seconds["first"] + clock.seconds["last"] < clock.seconds["slow"]
     assert set(clock.seconds) == {"first", "slow", "last"}
     assert not first._forward_hooks and not slow._forward_pre_hooks  # removed

@@ -166,7 +166,9 @@ class PartClock:
     def _post(self, name: str) -> Callable:
         def hook(module: nn.Module, args: tuple, out: Any) -> None:
             self.seconds[name] += self.now() - self._fwd_start.pop(name)
-            outs = out if isinstance(out, tuple | list) else (out,)
+            # A tensor, a tuple (our ViT) or a dict-like ModelOutput (transformers' encoder).
+            outs = out.values() if isinstance(out, dict) else (
+                out if isinstance(out, tuple | list) else (out,))
             for o in outs:
                 if isinstance(o, Tensor) and o.requires_grad:
                     o.register_hook(lambda g: self._open(name))
