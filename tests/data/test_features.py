@@ -43,7 +43,7 @@ def datamodule(tmp_path):
 
 def _model(dm, image_tokens="patches", seed=0) -> VitBert:
     torch.manual_seed(seed)
-    model = VitBert(tiny_config(dm.num_tokens, image_tokens), load_pretrained=False)
+    model = VitBert(tiny_config(dm.num_tokens, image_tokens))
     model.image_tower.requires_grad_(False)
     return model
 

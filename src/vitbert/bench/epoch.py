@@ -312,7 +312,7 @@ def ours(config: VitBertConfig, datamodule: Any, device: torch.device, frozen: b
     from vitbert.data.features import build_image_features
 
     torch.manual_seed(0)
-    model = VitBert(config, load_pretrained=False).to(device).train()
+    model = VitBert(config).to(device).train()
     one_time: dict[str, float] = {}
     if frozen:
         model.image_tower.requires_grad_(False)
