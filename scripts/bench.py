@@ -296,9 +296,9 @@ def add_epoch_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--epoch-images", type=int, default=96, help="generated 500x375 JPEGs")
     g.add_argument("--epoch-batch", type=int, default=8)
     g.add_argument("--epoch-workers", type=int, default=2, help="DataLoader workers, each")
-    g.add_argument("--epoch-steps", type=int, default=18,
+    g.add_argument("--epoch-steps", type=int, default=30,
                    help="timed steps per contender (the frozen one runs 4x as many)")
-    g.add_argument("--epoch-rounds", type=int, default=3, help="alternating rounds")
+    g.add_argument("--epoch-rounds", type=int, default=5, help="alternating rounds")
     g.add_argument("--epoch-preset", default="",
                    help="model preset (default: flickr30k on CUDA, its ViT-Ti/16-wide "
                         "reduction on a CPU)")

@@ -103,6 +103,9 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
     same = model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
                  image_features=feature_batch[FEATURES_KEY])
     assert not torch.allclose(other, same)
+    with pytest.raises(ValueError, match="exactly one"):
+        model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
+              images=pixel_batch["images"], image_features=feature_batch[FEATURES_KEY])
 
 
 def test_new_tower_weights_or_settings_mean_a_new_cache(datamodule):

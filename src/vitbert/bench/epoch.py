@@ -358,7 +358,7 @@ def step_flops(name: str, config: VitBertConfig, batch: int, text_len: int, targ
 
 
 def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, batch_size: int = 8,
-                    workers: int = 2, steps: int = 18, rounds: int = 3, warmup: int = 2,
+                    workers: int = 2, steps: int = 30, rounds: int = 5, warmup: int = 2,
                     frozen_steps_factor: int = 4, workdir: str | Path | None = None,
                     compile: bool = True) -> dict[str, Any]:
     """The three contenders (and on CUDA, bf16-mixed and compiled variants of ours) over the
