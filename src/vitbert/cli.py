@@ -19,6 +19,7 @@ from lightning.pytorch.cli import LightningCLI
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
+from vitbert.lit.resume import ResumeState
 from vitbert.lit.summary import ValidationSummary
 from vitbert.lit.writer import PredictionWriter
 
@@ -74,7 +75,8 @@ def main(args: list[str] | None = None) -> VitBertCLI:
         subclass_mode_data=True,
         trainer_defaults={
             "logger": _loggers(),
-            "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step")],
+            "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step"),
+                          ResumeState()],  # RNG states in checkpoints; SIGTERM → last.ckpt
         },
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,  # the module builds its own AdamW groups and schedule

@@ -26,6 +26,7 @@ from transformers import PreTrainedTokenizerFast
 from . import flickr30k, shapes
 from .cache import SPLITS, CaptionDataset, DataError
 from .masking import MLMCollator
+from .resume import eval_loader, resumable_loader
 from .tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
 
 
@@ -141,10 +142,11 @@ class CaptionDataModule(L.LightningDataModule):
                            max_length=self.max_length)
 
     def _loader(self, split: str, train: bool) -> DataLoader:
-        return DataLoader(
+        # Training resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume.
+        make = resumable_loader if train else eval_loader
+        return make(
             self.dataset(split),
             batch_size=self.batch_size,
-            shuffle=train,
             drop_last=False,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
