@@ -63,6 +63,16 @@ class VitBertCLI(LightningCLI):
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
 
+    def _load_weights_only(self) -> None:
+        """``--ckpt_path`` is read with ``torch.load(weights_only=True)``: a checkpoint whose
+        pickle would run code is refused, whatever torch's default (False before 2.6)."""
+        config = self.config_init[self.subcommand]
+        if config.get("weights_only") is None:
+            config["weights_only"] = True
+
+    before_fit = before_validate = before_test = before_predict = _load_weights_only
+
+
 def main(args: list[str] | None = None) -> VitBertCLI:
     args = list(sys.argv[1:] if args is None else args)
     subcommands = {"fit", "validate", "test", "predict"}

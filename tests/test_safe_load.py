@@ -1,0 +1,98 @@
+"""No code runs on load: every way the project reads a checkpoint refuses one whose pickle would
+run code, with an error, and the code did not run.
+
+The hostile file is a checkpoint-shaped dict holding one object whose unpickling calls
+``os.mkdir(marker)``; a loader that ran it would leave the marker folder behind.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent / "lit"))
+from tiny_run import TINY_MODEL, tiny_shapes
+
+from vitbert.checkpoint import CheckpointError, export, load_model, read_checkpoint
+from vitbert.cli import main
+from vitbert.lit.module import MaskedLMModule
+from vitbert.predict import FillMask
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (str(self.marker),)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("hostile")
+    marker, path = root / "code-ran", root / "hostile.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"net": {}},
+                "payload": _RunsCode(marker)}, path)
+    assert not marker.exists()
+    with pytest.raises(pickle.UnpicklingError):  # the refusal below is weights_only's doing
+        torch.load(path, weights_only=True)
+    return path, marker
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("shapes")  # one generated data set for the module's runs
+
+
+def _cli(tmp_path: Path, shapes: Path, *args: str) -> list[str]:
+    return [*args, *TINY_MODEL, *tiny_shapes(shapes, num_train=64),
+            "--trainer.accelerator", "cpu", "--trainer.max_steps", "1",
+            "--trainer.enable_progress_bar", "false", "--checkpoint.dirpath",
+            str(tmp_path / "checkpoints")]
+
+
+LIBRARY_LOADS = {
+    "read_checkpoint": read_checkpoint,
+    "load_model": load_model,
+    "FillMask.from_checkpoint": FillMask.from_checkpoint,
+    "export": lambda path: export(path, path.parent / "exported"),
+}
+
+
+@pytest.mark.parametrize("name", list(LIBRARY_LOADS))
+def test_library_loads_refuse_code(hostile, name):
+    path, marker = hostile
+    with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
+        LIBRARY_LOADS[name](path)
+    assert not marker.exists()
+
+
+def test_load_from_checkpoint_refuses_code(hostile):
+    path, marker = hostile
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        MaskedLMModule.load_from_checkpoint(path, weights_only=True)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("subcommand", ["fit", "validate", "test", "predict"])
+def test_cli_ckpt_path_refuses_code(hostile, shapes, tmp_path, monkeypatch, subcommand):
+    path, marker = hostile
+    monkeypatch.chdir(tmp_path)
+    # torch's default when weights_only is left unset becomes False: only an explicit True holds.
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        main(_cli(tmp_path, shapes, subcommand, "--ckpt_path", str(path)))
+    assert not marker.exists()
+
+
+def test_fine_tuning_init_from_refuses_code(hostile, shapes, tmp_path, monkeypatch):
+    path, marker = hostile
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
+        main(_cli(tmp_path, shapes, "fit", "--model.init_from", str(path)))
+    assert not marker.exists()
