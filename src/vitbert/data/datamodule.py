@@ -27,7 +27,7 @@ from . import flickr30k, shapes
 from .cache import SPLITS, CaptionDataset, DataError
 from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
-from .tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
+from .tokenizer import cached_wordpiece, load_tokenizer
 
 
 class CaptionDataModule(L.LightningDataModule):
@@ -99,12 +99,8 @@ class CaptionDataModule(L.LightningDataModule):
                 texts = self._train_captions()
                 key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
                 name = f"tokenizer-{self.vocab_size}-{self.min_frequency}-{key}.json"
-                path = self.cache_dir / name
-                if path.is_file():
-                    self._tokenizer = load_tokenizer(path)
-                else:
-                    self._tokenizer = train_wordpiece(texts, self.vocab_size, self.min_frequency)
-                    save_tokenizer(self._tokenizer, path)
+                self._tokenizer = cached_wordpiece(texts, self.vocab_size, self.min_frequency,
+                                                   self.cache_dir / name)
         return self._tokenizer
 
     @property

@@ -40,6 +40,7 @@ from typing import Any
 
 from . import cache
 from .cache import DataError
+from .lock import one_builder
 
 ANNOTATION_FILES = {
     "karpathy": "dataset_flickr30k.json",
@@ -243,6 +244,7 @@ def read_annotations(root: str | Path, fmt: str = "auto", val_fraction: float = 
 # ----------------------------------------------------------------------------- the cache
 
 
+@one_builder("out")
 def build_cache(
     root: str | Path,
     out: str | Path,

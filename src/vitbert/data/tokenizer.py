@@ -30,6 +30,8 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
+from .lock import build_lock
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, UNK, CLS, SEP, MASK = SPECIAL_TOKENS
 
@@ -120,6 +122,18 @@ def save_tokenizer(tok: PreTrainedTokenizerFast, path: str | Path) -> Path:
     tmp.write_text(tokenizer_to_json(tok))
     tmp.replace(path)
     return path
+
+
+def cached_wordpiece(texts: list[str], vocab_size: int, min_frequency: int,
+                     path: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer at ``path``, trained on ``texts`` and saved there first if it is missing.
+    One process trains it; others (DDP ranks) wait for the lock and load what it saved."""
+    path = Path(path)
+    if not path.is_file():
+        with build_lock(path.parent):
+            if not path.is_file():
+                save_tokenizer(train_wordpiece(texts, vocab_size, min_frequency), path)
+    return load_tokenizer(path)
 
 
 def tokenizer_to_json(tok: PreTrainedTokenizerFast) -> str:
