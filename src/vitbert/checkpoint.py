@@ -99,6 +99,19 @@ def read_checkpoint(path: str | Path) -> StoredModel:
     return StoredModel(config, state_dict, checkpoint.get(TOKENIZER_KEY), str(path))
 
 
+def check_same_vocabulary(stored_json: str, tokenizer) -> None:
+    """Refuse to run a checkpoint's weights with another vocabulary: the ids would mean other
+    words (and, same size or not, every guess would be wrong without an error)."""
+    stored = tokenizer_from_json(stored_json).get_vocab()
+    if stored != tokenizer.get_vocab():
+        raise CheckpointError(
+            f"the checkpoint's vocabulary ({len(stored)} pieces) is not the data's tokenizer's "
+            f"({len(tokenizer)} pieces). Use the tokenizer the model was trained with "
+            "(--data.init_args.tokenizer, or the same data), or scripts/predict.py, which "
+            "reads the checkpoint's own; to train on a new vocabulary use --model.init_from."
+        )
+
+
 def _read_exported(folder: Path) -> StoredModel:
     from safetensors.torch import load_file
 
@@ -221,6 +234,7 @@ __all__ = [
     "CheckpointError",
     "StoredModel",
     "TransferReport",
+    "check_same_vocabulary",
     "export",
     "load_model",
     "read_checkpoint",

@@ -17,7 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vitbert.checkpoint import TOKENIZER_KEY, read_checkpoint, transfer_weights
+from vitbert.checkpoint import (
+    TOKENIZER_KEY,
+    check_same_vocabulary,
+    read_checkpoint,
+    transfer_weights,
+)
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
@@ -106,6 +111,8 @@ class MaskedLMModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if TOKENIZER_KEY in checkpoint and self.tokenizer is None:
             self.tokenizer = tokenizer_from_json(checkpoint[TOKENIZER_KEY])
+        elif TOKENIZER_KEY in checkpoint:
+            check_same_vocabulary(checkpoint[TOKENIZER_KEY], self.tokenizer)
 
     # ----------------------------------------------------------------------------------------
     # Steps
