@@ -4,7 +4,7 @@ pictures and train the tokenizer once; the other waits and reads what the first 
 
 Each child counts the calls to the two builders (``shapes.generate``, once per split, and
 ``tokenizer.train_wordpiece``) and prints the counts; both start from a shared gate file so they
-really race. Without the lock both children build (measured: 6 + 2 calls instead of 3 + 1).
+really race. Without the lock both children build (measured: 6 calls to generate, not 3).
 """
 
 from __future__ import annotations

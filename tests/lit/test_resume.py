@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -115,7 +116,7 @@ def test_sigkill_mid_epoch_then_resume_is_exact(uninterrupted, tmp_path):
     _assert_same(_outcome(tmp_path), reference)
 
 
-def test_sigterm_saves_last_exits_cleanly_then_resume_is_exact(uninterrupted, tmp_path):
+def test_sigterm_saves_last_exits_cleanly_then_requeued_resume_is_exact(uninterrupted, tmp_path):
     shapes, reference = uninterrupted
     command = _command(shapes, tmp_path)
     process = _start_paused(command, tmp_path)
@@ -125,5 +126,9 @@ def test_sigterm_saves_last_exits_cleanly_then_resume_is_exact(uninterrupted, tm
     assert "SIGTERM received: wrote" in stderr
     assert _step(tmp_path) == PAUSE_STEP + 1  # the batch in flight finished, then saved
 
-    _run([*command, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt")], tmp_path)
+    # Resume the way a requeued SLURM job does: Lightning looks for hpc_ckpt_<N>.ckpt in the
+    # default root dir (here the working folder) when asked for "hpc" (or, under SLURM, when no
+    # --ckpt_path is given); its SIGUSR1 handler writes that file with the same dump as last.ckpt.
+    shutil.copy(tmp_path / "checkpoints" / "last.ckpt", tmp_path / "hpc_ckpt_1.ckpt")
+    _run([*command, "--ckpt_path", "hpc"], tmp_path)
     _assert_same(_outcome(tmp_path), reference)
