@@ -51,7 +51,7 @@ from typing import Any
 import torch
 
 from vitbert.bench import step as st
-from vitbert.data.bench import compare_storage, data_benchmark
+from vitbert.bench.data import compare_storage, data_benchmark
 from vitbert.models import VitBertConfig, preset
 
 
@@ -146,15 +146,17 @@ def shapes_pipeline_throughput(config_path: str, max_batches: int = 20) -> dict[
 
     import yaml
 
-    from vitbert.data.datamodule import ShapesDataModule
+    from vitbert.data import ShapesSource
+    from vitbert.data.datamodule import CaptionDataModule
 
     cfg = yaml.safe_load(Path(config_path).read_text())
-    init = dict(cfg.get("data", {}).get("init_args", {}))
+    init = dict(cfg.get("data", {}))
     batch_size, workers = int(init.get("batch_size", 64)), int(init.get("num_workers", 1))
     with tempfile.TemporaryDirectory() as tmp:
-        dm = ShapesDataModule(root=tmp, num_train=batch_size * (max_batches + 2), num_val=64,
-                              num_test=64, batch_size=batch_size, num_workers=workers,
-                              persistent_workers=False)
+        source = ShapesSource(root=tmp, num_train=batch_size * (max_batches + 2), num_val=64,
+                              num_test=64)
+        dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=workers,
+                               persistent_workers=False)
         dm.setup("fit")
         it = iter(dm.train_dataloader())
         next(it)

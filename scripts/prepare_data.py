@@ -18,6 +18,11 @@ of their file name (~3.2% val, ~3.1% test, the rest train). Missing, unreadable,
 zero-byte images and empty captions are skipped with a warning; more than --max-bad-fraction of
 them is an error. The cache is reused when its recorded settings match, rebuilt otherwise.
 
+--config configs/flickr30k.yaml takes --root, --out, --format, --images-dir, --max-bad-fraction
+and --image-size from that training config (a flag given as well wins), so the cache built ahead
+of a multi-GPU run is exactly the one training reads. Without it the defaults are the configs'
+(--out data/flickr30k-cache-224, --image-size 224).
+
 --format shapes generates the embedded default (captioned pictures of shapes) into --out instead.
 
 The last line printed is one JSON object:
@@ -31,23 +36,32 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from vitbert.data import flickr30k, shapes
 from vitbert.data.cache import DataError
 
+# Source settings a training config's data.source.init_args may hold, and their flag names here.
+CONFIG_KEYS = {"root": "root", "cache_dir": "out", "format": "format", "images_dir": "images_dir",
+               "max_bad_fraction": "max_bad_fraction"}
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--root", default="data/flickr30k", help="folder with the Flickr30k copy")
-    p.add_argument("--out", default=None, help="cache folder (default data/flickr30k-cache, or "
-                   "data/shapes with --format shapes)")
-    p.add_argument("--format", default="auto", choices=["auto", *flickr30k.FORMATS, "shapes"])
+    p.add_argument("--config", default=None, metavar="YAML",
+                   help="training config to take the data settings and image size from")
+    p.add_argument("--root", default=None,
+                   help=f"folder with the Flickr30k copy (default {flickr30k.DEFAULT_ROOT})")
+    p.add_argument("--out", default=None, help=f"cache folder (default "
+                   f"{flickr30k.DEFAULT_CACHE_DIR}, or {shapes.DEFAULT_ROOT} with --format shapes)")
+    p.add_argument("--format", default=None, choices=["auto", *flickr30k.FORMATS, "shapes"],
+                   help="annotation format (default auto)")
     p.add_argument("--image-size", type=int, default=None,
                    help="side of the square cached pictures (default 224; 32 for shapes)")
     p.add_argument("--images-dir", default=None, help="photo folder, if not a usual name")
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                    help="decoding processes (0 = this process)")
-    p.add_argument("--max-bad-fraction", type=float, default=0.05)
+    p.add_argument("--max-bad-fraction", type=float, default=None, help="default 0.05")
     p.add_argument("--force", action="store_true", help="rebuild even if the cache is current")
     p.add_argument("--from-hub", default=None, metavar="NAME",
                    help="download NAME (e.g. nlphuji/flickr30k) into --root first")
@@ -55,14 +69,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-train", type=int, default=20_000, help="shapes: training pictures")
     p.add_argument("--num-val", type=int, default=2_000, help="shapes: validation pictures")
     p.add_argument("--num-test", type=int, default=2_000, help="shapes: test pictures")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.config:
+        _read_config(args)
+    for flag, default in (("root", flickr30k.DEFAULT_ROOT), ("format", "auto"),
+                          ("max_bad_fraction", 0.05)):
+        if getattr(args, flag) is None:
+            setattr(args, flag, default)
+    return args
+
+
+def _read_config(args: argparse.Namespace) -> None:
+    """Fill the flags not given from the training config's data source and image size."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        sys.exit(f"error: --config {args.config}: cannot read it as YAML ({e})")
+    source = ((cfg.get("data") or {}).get("source") or {})
+    if not str(source.get("class_path", "")).endswith("Flickr30kSource"):
+        sys.exit(f"error: --config {args.config}: data.source is not a Flickr30kSource; this "
+                 f"script prepares Flickr30k (use --format shapes for the shapes data)")
+    for key, flag in CONFIG_KEYS.items():
+        value = (source.get("init_args") or {}).get(key)
+        if getattr(args, flag) is None and value is not None:
+            setattr(args, flag, value)
+    image = ((cfg.get("model") or {}).get("net") or {}).get("image") or {}
+    if args.image_size is None and image.get("image_size") is not None:
+        args.image_size = int(image["image_size"])
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.format == "shapes":
-        meta = shapes.build_cache(args.out or "data/shapes", args.image_size or 32, args.num_train,
-                                  args.num_val, args.num_test, args.seed, force=args.force)
+        meta = shapes.build_cache(args.out or shapes.DEFAULT_ROOT, args.image_size or 32,
+                                  args.num_train, args.num_val, args.num_test, args.seed,
+                                  force=args.force)
         summary = {"format": "shapes", "images": meta["images"], "captions": meta["captions"],
                    "skipped": 0, "splits": meta["splits"]}
     else:
@@ -70,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
             flickr30k.load_from_hub(args.root, args.from_hub)
         try:
             full = flickr30k.build_cache(
-                args.root, args.out or "data/flickr30k-cache", args.image_size or 224,
+                args.root, args.out or flickr30k.DEFAULT_CACHE_DIR, args.image_size or 224,
                 args.format, args.images_dir, args.workers, args.max_bad_fraction,
                 force=args.force)
         except DataError as e:

@@ -18,8 +18,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent / "lit"))
 from tiny_run import TINY_MODEL, tiny_shapes
 
-from vitbert.checkpoint import CheckpointError, export, load_model, read_checkpoint
 from vitbert.cli import main
+from vitbert.io import CheckpointError, export, load_model, read_checkpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.predict import FillMask
 
@@ -67,7 +67,7 @@ LIBRARY_LOADS = {
 @pytest.mark.parametrize("name", list(LIBRARY_LOADS))
 def test_library_loads_refuse_code(hostile, name):
     path, marker = hostile
-    with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
+    with pytest.raises(CheckpointError, match="refused, its pickle holds more than tensors"):
         LIBRARY_LOADS[name](path)
     assert not marker.exists()
 
@@ -80,19 +80,24 @@ def test_load_from_checkpoint_refuses_code(hostile):
 
 
 @pytest.mark.parametrize("subcommand", ["fit", "validate", "test", "predict"])
-def test_cli_ckpt_path_refuses_code(hostile, shapes, tmp_path, monkeypatch, subcommand):
+def test_cli_ckpt_path_refuses_code(hostile, shapes, tmp_path, monkeypatch, capsys,
+                                    subcommand):
     path, marker = hostile
     monkeypatch.chdir(tmp_path)
     # torch's default when weights_only is left unset becomes False: only an explicit True holds.
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(SystemExit) as stopped:
         main(_cli(tmp_path, shapes, subcommand, "--ckpt_path", str(path)))
+    assert stopped.value.code == 2
+    assert "hostile.ckpt: refused, its pickle holds more than tensors" in capsys.readouterr().err
     assert not marker.exists()
 
 
-def test_fine_tuning_init_from_refuses_code(hostile, shapes, tmp_path, monkeypatch):
+def test_fine_tuning_init_from_refuses_code(hostile, shapes, tmp_path, monkeypatch, capsys):
     path, marker = hostile
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(CheckpointError, match="not a readable PyTorch checkpoint"):
+    with pytest.raises(SystemExit) as stopped:
         main(_cli(tmp_path, shapes, "fit", "--model.init_from", str(path)))
+    assert stopped.value.code == 2
+    assert "hostile.ckpt: refused, its pickle holds more than tensors" in capsys.readouterr().err
     assert not marker.exists()

@@ -18,7 +18,7 @@ from vitbert.bench.cuda import cuda_benchmark, device_peak_tflops
 from vitbert.bench.reference import ReferenceModel
 from vitbert.bench.step import SplitQKV, manual_attention, pad_batches, synthetic_batches
 from vitbert.models import VitBert, VitBertConfig
-from vitbert.nn import Attention, Block, key_padding_mask
+from vitbert.nn import Attention, Block, BlockConfig, key_padding_mask
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -53,7 +53,7 @@ def test_block_hand_count():
             + 2 * (2 * B * L * D * 4 * D))  # fc1, fc2
     assert hand == 16960
     assert flops.block_flops(B, L, D, H) == hand
-    block = Block(D, H)
+    block = Block(BlockConfig(D, H))
     mask = key_padding_mask(torch.ones(B, L, dtype=torch.bool))
     assert counted(lambda: block(torch.randn(B, L, D), mask)) == hand
     assert flops.StepFlops({"block": hand}).step_total == 3 * hand
@@ -63,7 +63,7 @@ def test_block_hand_count():
 @pytest.mark.parametrize("masked_only", [True, False])
 def test_model_flops_match_torch_counter(image_tokens, masked_only):
     config = tiny_config(image_tokens=image_tokens)
-    model = VitBert(config, load_pretrained=False)
+    model = VitBert(config)
     batch = synthetic_batches(config, 3, n_batches=1, mean_len=7)[0]
     target = batch["labels"] != -100
     T, M = batch["input_ids"].shape[1], int(target.sum())
@@ -79,7 +79,7 @@ def test_vit_kind_flops_match_torch_counter():
         "image": {"kind": "vit", "image_size": 32, "patch_size": 8, "dim": 16, "depth": 1,
                   "num_heads": 2, "class_token": True, "pool": "cls"},
         "text": {"dim": 16, "depth": 1, "num_heads": 2, "max_len": 8}, "vocab_size": 30})
-    model = VitBert(config, load_pretrained=False)
+    model = VitBert(config)
     batch = synthetic_batches(config, 2, n_batches=1, mean_len=5)[0]
     target = batch["labels"] != -100
     f = flops.vitbert_step_flops(config, 2, batch["input_ids"].shape[1], int(target.sum()))
@@ -123,7 +123,7 @@ def test_lever_variants_compute_the_same():
 
 def test_fixed_padding_keeps_the_loss():
     config = tiny_config()
-    model = VitBert(config, load_pretrained=False).eval()
+    model = VitBert(config).eval()
     batch = synthetic_batches(config, 2, n_batches=1, mean_len=5)[0]
     padded = pad_batches([batch], 12)[0]
     assert padded["input_ids"].shape[1] == 12
@@ -164,7 +164,8 @@ model:
     text: {dim: 16, depth: 1, num_heads: 2, max_len: 32}
     image_tokens: patches
 data:
-  init_args: {batch_size: 8, num_workers: 0}
+  batch_size: 8
+  num_workers: 0
 """
     (tmp_path / "tiny.yaml").write_text(yaml_text)
     argv = ["--json", "--sections", "train", "inference", "cuda", "--levers",

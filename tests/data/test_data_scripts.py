@@ -47,6 +47,49 @@ def test_prepare_data_bad_root_exits_with_the_reason(tmp_path):
         _load("prepare_data").main(["--root", str(tmp_path), "--out", str(tmp_path / "c")])
 
 
+def test_prepare_data_default_cache_is_the_one_the_flickr30k_config_reads():
+    prepare = _load("prepare_data")
+    from_config = prepare.parse_args(["--config", str(SCRIPTS.parent / "configs/flickr30k.yaml")])
+    assert (from_config.root, from_config.out, from_config.image_size) == (
+        "data/flickr30k", "data/flickr30k-cache-224", 224)
+    from vitbert.data import flickr30k
+
+    plain = prepare.parse_args([])
+    assert plain.out is None and plain.root == flickr30k.DEFAULT_ROOT  # main: DEFAULT_CACHE_DIR
+    assert flickr30k.DEFAULT_CACHE_DIR == from_config.out
+
+
+def test_prepare_data_with_config_builds_the_cache_training_reads(flickr_root, tmp_path, capsys):
+    from vitbert.data import Flickr30kSource
+    from vitbert.data.datamodule import CaptionDataModule
+
+    root, cache_dir = flickr_root("karpathy"), tmp_path / "cache"
+    config = tmp_path / "run.yaml"
+    config.write_text(f"""
+model: {{net: {{image: {{image_size: 16}}}}}}
+data:
+  source:
+    class_path: vitbert.data.Flickr30kSource
+    init_args: {{root: {root}, cache_dir: {cache_dir}, max_bad_fraction: 0.5}}
+""")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _load("prepare_data").main(["--config", str(config), "--workers", "0"])
+    assert json.loads((cache_dir / "cache.json").read_text())["settings"]["image_size"] == 16
+    source = Flickr30kSource(root=str(root), cache_dir=str(cache_dir), max_bad_fraction=0.5)
+    dm = CaptionDataModule(source=source, image_size=16, num_workers=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert dm.source.build_cache(16)["rebuilt"] is False  # found current: nothing decoded
+
+
+def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path):
+    config = tmp_path / "shapes.yaml"
+    config.write_text("data: {source: {class_path: vitbert.data.ShapesSource}}\n")
+    with pytest.raises(SystemExit, match="not a Flickr30kSource"):
+        _load("prepare_data").main(["--config", str(config)])
+
+
 def test_bench_data_section_json(capsys):
     argv = ["--sections", "data", "--json", "--data-images", "12", "--data-image-size", "32",
             "--data-batch-size", "8", "--data-workers", "0", "--data-batches", "2"]

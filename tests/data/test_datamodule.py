@@ -1,20 +1,22 @@
-"""The DataModules: vocabulary before any Trainer, batches, deterministic evaluation masks."""
+"""The data module and its sources: vocabulary before any Trainer, batches, deterministic
+evaluation masks, the CLI wiring (sizes linked from the model), one cache default."""
 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
+from vitbert.data import Flickr30kSource, ShapesSource
 from vitbert.data.cache import DataError
-from vitbert.data.datamodule import Flickr30kDataModule, ShapesDataModule
+from vitbert.data.datamodule import CaptionDataModule
 
 
 def _shapes(tmp_path, **kw):
-    kw = {"root": str(tmp_path / "shapes"), "num_train": 300, "num_val": 64, "num_test": 40,
-          "num_workers": 0, "batch_size": 16, **kw}
-    return ShapesDataModule(**kw)
+    source = ShapesSource(root=str(tmp_path / "shapes"), num_train=300, num_val=64, num_test=40)
+    return CaptionDataModule(source=source, **{"num_workers": 0, "batch_size": 16, **kw})
 
 
 def test_num_tokens_works_right_after_init_and_the_tokenizer_is_cached(tmp_path):
@@ -24,7 +26,11 @@ def test_num_tokens_works_right_after_init_and_the_tokenizer_is_cached(tmp_path)
     assert dm.pad_token_id == dm.tokenizer.pad_token_id == 0
     # The model logs vocab_size = num_tokens; a second, different vocab_size here would make
     # Lightning's hparam merge fail at fit time.
-    assert "vocab_size" not in dm.hparams and dm.hparams["num_train"] == 300
+    assert "vocab_size" not in dm.hparams
+    assert dm.hparams["source"] == {
+        "class_path": "vitbert.data.sources.ShapesSource",
+        "init_args": {"root": str(tmp_path / "shapes"), "num_train": 300, "num_val": 64,
+                      "num_test": 40, "seed": 0}}
     cached = list((tmp_path / "shapes").glob("tokenizer-*.json"))
     assert len(cached) == 1
     again = _shapes(tmp_path)
@@ -71,9 +77,10 @@ def test_predict_split_and_captions(tmp_path):
 
 def test_flickr30k_datamodule_end_to_end(flickr_root, tmp_path):
     root = flickr_root("karpathy")
-    dm = Flickr30kDataModule(root=str(root), cache_dir=str(tmp_path / "cache"), image_size=32,
-                             num_workers=0, batch_size=4, prepare_workers=0,
-                             max_bad_fraction=0.5, vocab_size=100, min_frequency=1)
+    source = Flickr30kSource(root=str(root), cache_dir=str(tmp_path / "cache"),
+                             prepare_workers=0, max_bad_fraction=0.5)
+    dm = CaptionDataModule(source=source, image_size=32, num_workers=0, batch_size=4,
+                           vocab_size=100, min_frequency=1)
     assert dm.num_tokens > 10  # from the annotations alone, before any image is decoded
     assert not (tmp_path / "cache" / "images.npy").exists()
     with warnings.catch_warnings():
@@ -85,11 +92,59 @@ def test_flickr30k_datamodule_end_to_end(flickr_root, tmp_path):
     assert len(dm.dataset("val")) > 0
 
 
+def test_arguments_are_keywords_only(tmp_path):
+    with pytest.raises(TypeError):
+        ShapesSource(str(tmp_path))  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        CaptionDataModule(ShapesSource(root=str(tmp_path)))  # type: ignore[misc]
+
+
 def test_lightning_cli_can_read_the_signatures():
     from jsonargparse import ArgumentParser
 
-    for cls in (ShapesDataModule, Flickr30kDataModule):
-        p = ArgumentParser()
-        p.add_class_arguments(cls, "data")
-        cfg = p.parse_args(["--data.batch_size=8", "--data.whole_word_masking=true"])
+    p = ArgumentParser()
+    p.add_class_arguments(CaptionDataModule, "data")
+    for source, setting in (("ShapesSource", "num_train=8"), ("Flickr30kSource", "root=/x")):
+        cfg = p.parse_args([f"--data.source=vitbert.data.{source}",
+                            f"--data.source.init_args.{setting}",
+                            "--data.batch_size=8", "--data.whole_word_masking=true"])
+        assert cfg.data.source.class_path == f"vitbert.data.{source}"
         assert cfg.data.batch_size == 8 and cfg.data.whole_word_masking is True
+    assert cfg.data.source.init_args.root == "/x"
+    help_text = p.format_help()
+    assert "Shared machinery" not in help_text and "Captioned pictures" in help_text
+
+
+def test_cli_sets_image_size_and_caption_length_once_on_the_model(tmp_path, monkeypatch):
+    from vitbert.cli import DEFAULT_CONFIG, VitBertCLI
+    from vitbert.lit.module import MaskedLMModule
+
+    monkeypatch.chdir(tmp_path)
+    cli = VitBertCLI(MaskedLMModule, CaptionDataModule, run=False, args=[
+        "--config", str(DEFAULT_CONFIG), "--model.net.text.max_len", "12",
+        "--model.net.image.image_size", "24", "--model.net.image.patch_size", "4",
+        "--data.source.init_args.root", str(tmp_path / "shapes"),
+        "--data.source.init_args.num_train", "64", "--data.source.init_args.num_val", "16",
+        "--data.source.init_args.num_test", "16", "--data.num_workers", "0"])
+    dm = cli.datamodule
+    assert (dm.max_length, dm.image_size) == (12, 24)
+    assert isinstance(dm.source, ShapesSource) and dm.source.num_train == 64
+    assert cli.model.net.config.vocab_size == dm.num_tokens
+    b = next(iter(dm.train_dataloader()))
+    # Shapes captions run to ~16 pieces: cut to the model's 12, at the model's image size.
+    assert b["input_ids"].shape[1] == 12 and b["images"].shape[-1] == 24
+
+
+def test_flickr30k_configs_read_the_cache_prepare_data_builds_by_default():
+    import yaml
+
+    from vitbert.data import flickr30k
+
+    configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("flickr30k*.yaml"))
+    assert len(configs) >= 3
+    for path in configs:
+        source = yaml.safe_load(path.read_text())["data"]["source"]
+        assert source["class_path"] == "vitbert.data.Flickr30kSource"
+        assert source["init_args"]["cache_dir"] == flickr30k.DEFAULT_CACHE_DIR, path.name
+        assert source["init_args"]["root"] == flickr30k.DEFAULT_ROOT, path.name
+    assert Flickr30kSource().cache_dir == Path(flickr30k.DEFAULT_CACHE_DIR)

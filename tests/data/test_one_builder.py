@@ -22,7 +22,8 @@ CHILD = """
 import json, sys, time
 from pathlib import Path
 from vitbert.data import shapes, tokenizer
-from vitbert.data.datamodule import ShapesDataModule
+from vitbert.data.datamodule import CaptionDataModule
+from vitbert.data.sources import ShapesSource
 
 counts = {"generate": 0, "train_wordpiece": 0}
 def counted(name, fn):
@@ -36,7 +37,8 @@ tokenizer.train_wordpiece = counted("train_wordpiece", tokenizer.train_wordpiece
 root, gate = sys.argv[1], Path(sys.argv[2])
 while not gate.exists():
     time.sleep(0.01)
-dm = ShapesDataModule(root=root, num_train=512, num_val=64, num_test=64, num_workers=0)
+source = ShapesSource(root=root, num_train=512, num_val=64, num_test=64)
+dm = CaptionDataModule(source=source, num_workers=0)
 vocab = dm.num_tokens  # builds the pictures, then the tokenizer
 print(json.dumps({**counts, "vocab": vocab}))
 """

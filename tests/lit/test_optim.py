@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups, warmup_cosine
-from vitbert.nn import Encoder, RelativePositionBias2D
+from vitbert.nn import BlockConfig, Encoder, RelativePositionBias2D
 
 
 class Toy(nn.Module):
@@ -16,7 +16,7 @@ class Toy(nn.Module):
         super().__init__()
         self.image_tower = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
         self.word = nn.Embedding(10, 4)
-        self.encoder = Encoder(4, 1, 2)
+        self.encoder = Encoder(BlockConfig(dim=4, num_heads=2), depth=1)
         self.bias = RelativePositionBias2D(2, (2, 2))
         self.decoder = nn.Linear(4, 10)
         self.decoder.weight = self.word.weight  # tied, as in the MLM head

@@ -31,7 +31,7 @@ VAL_KEYS = ("val/loss", "val/loss_text", "val/top1", "val/top5", "val/top5_text"
 
 def _command(shapes: Path, run: Path, *extra: str) -> list[str]:
     data = tiny_shapes(shapes, num_train=256)
-    data[data.index("--data.init_args.batch_size") + 1] = "16"
+    data[data.index("--data.batch_size") + 1] = "16"
     return [
         sys.executable, str(REPO / "scripts" / "train.py"), "fit", *TINY_MODEL, *data,
         "--model.net.text.dropout", "0.1",

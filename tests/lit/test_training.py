@@ -17,8 +17,8 @@ from PIL import Image
 from skimage import data as skdata
 from tiny_run import TINY_MODEL, tiny_shapes
 
-from vitbert.checkpoint import TOKENIZER_KEY, load_model, read_checkpoint
 from vitbert.cli import main
+from vitbert.io import TOKENIZER_KEY, load_model, read_checkpoint
 
 
 def fit(tmp: Path, *extra: str, steps: int = 16, run: str = "run"):
@@ -114,7 +114,7 @@ def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
     source = read_checkpoint(tmp / "run" / "checkpoints" / "last.ckpt")
     # A smaller WordPiece vocabulary on the same captions: a different size and different ids.
     cli = fit(tmp, "--model.init_from", str(tmp / "run" / "checkpoints" / "last.ckpt"),
-              "--data.init_args.vocab_size", "60", "--trainer.max_steps", "0", steps=0,
+              "--data.vocab_size", "60", "--trainer.max_steps", "0", steps=0,
               run="finetune")
     net, tokenizer = cli.model.net, cli.datamodule.tokenizer
     old_rows = source.state_dict["text.embeddings.word.weight"]
@@ -172,10 +172,10 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
     ]
     cli = main([
         "fit", "--config", str(config), *small,
-        "--data.init_args.root", str(tmp_path / "flickr"),
-        "--data.init_args.cache_dir", str(tmp_path / "cache"),
-        "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
-        "--data.init_args.prepare_workers", "0",
+        "--data.source.init_args.root", str(tmp_path / "flickr"),
+        "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
+        "--data.batch_size", "4", "--data.num_workers", "0",
+        "--data.source.init_args.prepare_workers", "0",
         "--trainer.accelerator", "cpu", "--trainer.devices", "1",
         "--trainer.precision", "bf16-mixed", "--trainer.fast_dev_run", "true",
     ])
@@ -187,11 +187,12 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
 def test_transfer_resamples_image_positions_and_extends_text_positions():
     from dataclasses import replace
 
-    from vitbert.checkpoint import StoredModel, transfer_weights
+    from vitbert.io import StoredModel, transfer_weights
     from vitbert.models import VitBert, VitBertConfig
 
     small = VitBertConfig.from_dict({"vocab_size": 50, "image": {"image_size": 32, "dim": 32,
-                                     "num_heads": 2}, "text": {"dim": 32, "num_heads": 2}})
+                                     "num_heads": 2}, "text": {"dim": 32, "num_heads": 2,
+                                                              "max_len": 64}})
     source = VitBert(small)
     with torch.no_grad():  # a smooth table: every channel holds the row coordinate (8×8 grid)
         rows = torch.arange(8).repeat_interleave(8).float() / 7

@@ -14,7 +14,8 @@ TINY_MODEL = [
 def tiny_shapes(root: Path, num_train: int = 512) -> list[str]:
     """The generated shapes data, small: 64 validation and test pictures, batches of 64."""
     return [
-        "--data.init_args.root", str(root), "--data.init_args.num_train", str(num_train),
-        "--data.init_args.num_val", "64", "--data.init_args.num_test", "64",
-        "--data.init_args.batch_size", "64", "--data.init_args.num_workers", "0",
+        "--data.source.init_args.root", str(root),
+        "--data.source.init_args.num_train", str(num_train),
+        "--data.source.init_args.num_val", "64", "--data.source.init_args.num_test", "64",
+        "--data.batch_size", "64", "--data.num_workers", "0",
     ]

@@ -1,11 +1,15 @@
 import dataclasses
 import io
 import json
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from vitbert.models import PRESETS, ImageTowerConfig, VitBertConfig, preset
+
+CONFIGS = Path(__file__).parents[2] / "configs"
 
 
 def test_round_trip_through_json_lists():
@@ -33,3 +37,17 @@ def test_presets_are_fresh_copies():
 def test_cls_pool_needs_class_token():
     with pytest.raises(ValueError, match="class_token"):
         ImageTowerConfig(pool="cls", class_token=False)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_each_preset_is_the_model_its_training_config_builds(name):
+    """``describe_model.py NAME`` must describe what ``train.py fit --config configs/NAME.yaml``
+    trains; for ``default`` that makes the dataclass defaults (``fit --help``) the truth."""
+    net = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["model"]["net"]
+    assert VitBertConfig.from_dict(net) == preset(name)
+
+
+def test_default_is_the_patch_token_model():
+    config = VitBertConfig()
+    assert (config.image_tokens, config.text.max_len, config.image.stem_hidden_dim) == (
+        "patches", 32, 16)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from vitbert.nn import Attention, Block, combine_masks, key_padding_mask
+from vitbert.nn import Attention, Block, BlockConfig, combine_masks, key_padding_mask
 
 
 def manual_attention(attn: Attention, x, allowed=None):
@@ -68,7 +68,7 @@ def test_matches_torch_multihead_attention(masked):
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_block_matches_transformer_encoder_layer(norm_first):
     D, H = 32, 4
-    ours = Block(D, H, mlp_ratio=2.0, norm_first=norm_first, norm_eps=1e-5).eval()
+    ours = Block(BlockConfig(D, H, mlp_ratio=2.0, norm_first=norm_first, norm_eps=1e-5)).eval()
     ref = nn.TransformerEncoderLayer(
         D, H, dim_feedforward=2 * D, dropout=0.0, activation="gelu", batch_first=True,
         norm_first=norm_first,

@@ -3,12 +3,11 @@
 import pytest
 import torch
 
-from vitbert.nn import Encoder, key_padding_mask
+from vitbert.nn import BlockConfig, Encoder, key_padding_mask
 
 
-def make_encoder(**kwargs):
-    defaults = dict(dim=32, depth=2, num_heads=4)
-    return Encoder(**(defaults | kwargs)).eval()
+def make_encoder(depth=2, **kwargs):
+    return Encoder(BlockConfig(**(dict(dim=32, num_heads=4) | kwargs)), depth).eval()
 
 
 @pytest.mark.parametrize("mlp", ["gelu", "relu", "swiglu"])
@@ -79,3 +78,18 @@ def test_return_attention_gives_one_map_per_block():
     out, maps = encoder(x, return_attention=True)
     assert len(maps) == 3 and maps[0].shape == (2, 4, 5, 5)
     torch.testing.assert_close(out, encoder(x), atol=1e-5, rtol=1e-5)
+
+
+def test_drop_path_rises_linearly_from_zero_to_the_configured_rate():
+    encoder = make_encoder(depth=3, drop_path=0.2)
+    first, *rest = encoder.blocks
+    assert isinstance(first.drop_path, torch.nn.Identity)  # rate 0: no module at all
+    assert [b.drop_path.drop_prob for b in rest] == pytest.approx([0.1, 0.2])
+
+
+def test_state_dict_keeps_timm_names():
+    """Checkpoints and timm ViT weights map on by these names; a rename breaks both."""
+    keys = set(make_encoder(depth=1).state_dict())
+    layers = ("norm1", "attn.qkv", "attn.proj", "norm2", "mlp.fc1", "mlp.fc2")
+    expected = {f"blocks.0.{layer}.{p}" for layer in layers for p in ("weight", "bias")}
+    assert keys == expected | {"norm.weight", "norm.bias"}

@@ -24,9 +24,9 @@ TINY_NET = [
     "--model.net.text.num_heads", "2",
 ]
 TINY_DATA = [
-    "--data.init_args.num_train", "128", "--data.init_args.num_val", "16",
-    "--data.init_args.num_test", "16", "--data.init_args.num_workers", "0",
-    "--data.init_args.batch_size", "8",
+    "--data.source.init_args.num_train", "128", "--data.source.init_args.num_val", "16",
+    "--data.source.init_args.num_test", "16", "--data.num_workers", "0",
+    "--data.batch_size", "8",
 ]
 # The logger stays on in `fit` (the CLI's LearningRateMonitor needs one); it writes to ./logs of
 # the tmp folder.
@@ -46,13 +46,13 @@ class Trained:
 
 
 def data_args(root: Path) -> list[str]:
-    return ["--data.init_args.root", str(root / "shapes"), *TINY_DATA]
+    return ["--data.source.init_args.root", str(root / "shapes"), *TINY_DATA]
 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory) -> Trained:
-    from vitbert.checkpoint import TOKENIZER_FILE, export, load_model
     from vitbert.cli import main
+    from vitbert.io import TOKENIZER_FILE, export, load_model
     from vitbert.models import VitBert
 
     root = tmp_path_factory.mktemp("predict")
@@ -68,7 +68,7 @@ def trained(tmp_path_factory) -> Trained:
     config = model.config
     config.image_tokens = "pooled"
     pooled = root / "pooled"
-    VitBert(config, load_pretrained=False).save_pretrained(pooled)
+    VitBert(config).save_pretrained(pooled)
     shutil.copy(exported / TOKENIZER_FILE, pooled / TOKENIZER_FILE)
 
     images = np.load(root / "shapes" / "images.npy", mmap_mode="r")
@@ -98,7 +98,7 @@ def fill_mask(trained):
 @pytest.fixture
 def no_tokenizer_ckpt(trained, tmp_path) -> Path:
     """The trained checkpoint with its tokenizer taken out."""
-    from vitbert.checkpoint import TOKENIZER_KEY
+    from vitbert.io import TOKENIZER_KEY
 
     checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
     del checkpoint[TOKENIZER_KEY]

@@ -19,7 +19,7 @@ def test_train_py_predict_writes_one_line_per_example(trained, tiny_cli_args, tm
     main(["predict", "--ckpt_path", str(trained.ckpt), "--prediction_writer.output", str(out),
           "--trainer.logger", "false", *tiny_cli_args])
     lines = out.read_text().splitlines()
-    assert len(lines) == 16  # --data.init_args.num_test
+    assert len(lines) == 16  # --data.source.init_args.num_test
     example = json.loads(lines[0])
     assert list(example) == ["index", "masked_text", "masks"]
     mask = example["masks"][0]

@@ -5,5 +5,6 @@ alternating step timing, the levers, fill-mask inference and the CUDA figures.
     reference  ReferenceModel: timm VisionTransformer + transformers BertForMaskedLM
     step       batches, contenders, alternating rounds, the train and lever benchmarks
     inference  FillMask queries/s and latency, with and without the photo
+    data       cached loader vs decoding every JPEG, memmap vs Arrow storage
     cuda       bf16-mixed, MFU against a table of device peaks, torch.compile on/off
 """

@@ -39,12 +39,12 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "default.yaml
 
 
 def read_training_config(path: str | Path = DEFAULT_CONFIG) -> tuple[dict[str, Any], int]:
-    """(``model.net`` as a dict, ``data.init_args.batch_size``) of a training YAML."""
+    """(``model.net`` as a dict, ``data.batch_size``) of a training YAML."""
     import yaml
 
     cfg = yaml.safe_load(Path(path).read_text())
     net = dict(cfg.get("model", {}).get("net", {}))
-    batch_size = int(cfg.get("data", {}).get("init_args", {}).get("batch_size", 64))
+    batch_size = int(cfg.get("data", {}).get("batch_size", 64))
     return net, batch_size
 
 
@@ -52,14 +52,16 @@ def shapes_batches(config: VitBertConfig, batch_size: int, n_batches: int = 4, s
                    workdir: str | Path | None = None) -> tuple[list[Batch], Any]:
     """Real batches of the embedded default (shapes pictures, its WordPiece, the MLM collator,
     per-batch padding) and the tokenizer; the vocabulary is the tokenizer's."""
-    from vitbert.data.datamodule import ShapesDataModule
+    from vitbert.data import ShapesSource
+    from vitbert.data.datamodule import CaptionDataModule
 
     with tempfile.TemporaryDirectory() as tmp:
         n = max(512, n_batches * batch_size)
-        dm = ShapesDataModule(root=str(workdir or tmp), num_train=n, num_val=64, num_test=64,
-                              seed=seed, batch_size=batch_size, num_workers=0,
-                              image_size=config.image.image_size,
-                              max_length=config.text.max_len, persistent_workers=False)
+        source = ShapesSource(root=str(workdir or tmp), num_train=n, num_val=64, num_test=64,
+                              seed=seed)
+        dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=0,
+                               image_size=config.image.image_size,
+                               max_length=config.text.max_len, persistent_workers=False)
         dm.setup("fit")
         torch.manual_seed(seed)
         it = iter(dm.train_dataloader())
@@ -182,7 +184,7 @@ def ours(config: VitBertConfig, batches: list[Batch], seed: int = 0, name: str =
          fused_optimizer: bool = True) -> Contender:
     """Our model with the training system's optimizer (fused AdamW, decay groups)."""
     torch.manual_seed(seed)
-    model = VitBert(config, load_pretrained=False).to(batches[0]["input_ids"].device).train()
+    model = VitBert(config).to(batches[0]["input_ids"].device).train()
     return Contender(name, model, _our_optimizer(model, fused_optimizer), vitbert_loss, batches)
 
 

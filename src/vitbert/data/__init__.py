@@ -1,8 +1,11 @@
 """Data: Flickr30k in its real formats and the generated shapes default, one uint8 image cache,
-a WordPiece tokenizer, the MLM collator, and the LightningDataModules that tie them together."""
+a WordPiece tokenizer, the MLM collator, the data sources (`ShapesSource`, `Flickr30kSource`)
+and the one LightningDataModule that ties them together (`datamodule.CaptionDataModule`, not
+imported here: it pulls in Lightning, which inference does not need)."""
 
 from .cache import CaptionDataset, DataError
 from .masking import STOP_WORDS, MLMCollator
+from .sources import DataSource, Flickr30kSource, ShapesSource
 from .tokenizer import (
     SPECIAL_TOKENS,
     load_tokenizer,
@@ -16,7 +19,10 @@ __all__ = [
     "STOP_WORDS",
     "CaptionDataset",
     "DataError",
+    "DataSource",
+    "Flickr30kSource",
     "MLMCollator",
+    "ShapesSource",
     "load_tokenizer",
     "tokenizer_from_json",
     "tokenizer_to_json",

@@ -1,9 +1,9 @@
-"""LightningDataModules: the generated shapes default and Flickr30k, one base class.
+"""The LightningDataModule: one class, fed by a data source (`vitbert.data.sources`).
 
-The base class owns what both share: the cache-backed datasets, the tokenizer (loaded from a
-path, or trained on the training captions and cached beside the data), the MLM collators (random
-masks for training, per-example deterministic masks for val / test / predict) and the loaders.
-A subclass only says where its cache lives and how to build it.
+The source says where the image cache lives, builds it, and gives the training captions. The
+data module owns the rest: the tokenizer (loaded from a path, or trained on the training captions
+and cached beside the data), the MLM collators (random masks for training, per-example
+deterministic masks for val / test / predict) and the loaders.
 
 `num_tokens` works right after __init__ (LightningCLI links it to the model's vocabulary size with
 apply_on="instantiate", before any Trainer exists): it may generate the shapes data or read the
@@ -23,27 +23,29 @@ import torch
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
-from . import flickr30k, shapes
 from .cache import SPLITS, CaptionDataset, DataError
 from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
+from .sources import DataSource
 from .tokenizer import cached_wordpiece, load_tokenizer
 
 
 class CaptionDataModule(L.LightningDataModule):
-    """Shared machinery; subclasses implement `cache_dir`, `_build_cache` and `_train_captions`."""
+    """Captioned pictures from a data source, tokenized and masked for masked-language modelling."""
 
     def __init__(
         self,
+        *,
+        source: DataSource,
         batch_size: int = 64,
         num_workers: int = 2,
         image_size: int = 32,
+        max_length: int = 64,
         tokenizer: str | None = None,
         vocab_size: int = 8000,
         min_frequency: int = 2,
         mlm_probability: float = 0.15,
         whole_word_masking: bool = False,
-        max_length: int = 64,
         pin_memory: bool = True,
         persistent_workers: bool = True,
         val_split: str = "val",
@@ -51,40 +53,61 @@ class CaptionDataModule(L.LightningDataModule):
         predict_split: str = "test",
         mask_seed: int = 0,
     ):
+        """
+        Args:
+            source: Where the captioned pictures come from: vitbert.data.ShapesSource (generated,
+                the default) or vitbert.data.Flickr30kSource (photos on disk).
+            batch_size: Captions per batch (one picture each).
+            num_workers: DataLoader worker processes (0 = load in the training process).
+            image_size: Side of the square cached pictures; set from model.net.image.image_size.
+            max_length: Longest caption in tokens, [CLS] and [SEP] included, longer ones cut;
+                set from model.net.text.max_len.
+            tokenizer: A tokenizer.json or BERT vocab.txt to use; unset, a WordPiece is trained on
+                the training captions and cached beside the data.
+            vocab_size: Largest vocabulary of the trained WordPiece (the model gets its real size).
+            min_frequency: Fewest occurrences for a piece to enter the trained vocabulary.
+            mlm_probability: Fraction of caption pieces hidden as prediction targets.
+            whole_word_masking: Hide every piece of a chosen word together.
+            pin_memory: Page-locked batches for faster copies to a GPU (ignored without one).
+            persistent_workers: Keep loader workers alive between epochs.
+            val_split: Split validation reads (train, val or test).
+            test_split: Split `test` reads.
+            predict_split: Split `predict` reads.
+            mask_seed: Seed of the fixed per-example masks of val / test / predict.
+        """
         super().__init__()
         for name, split in (("val_split", val_split), ("test_split", test_split),
                             ("predict_split", predict_split)):
             if split not in SPLITS:
                 raise DataError(f"{name}={split!r} is not one of {SPLITS}")
+        self.source = source
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.image_size = image_size
+        self.max_length = max_length
         self.tokenizer_path = tokenizer
         self.vocab_size = vocab_size
         self.min_frequency = min_frequency
         self.mlm_probability = mlm_probability
         self.whole_word_masking = whole_word_masking
-        self.max_length = max_length
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
         self.val_split, self.test_split, self.predict_split = val_split, test_split, predict_split
         self.mask_seed = mask_seed
         self._tokenizer: PreTrainedTokenizerFast | None = None
         self._datasets: dict[str, CaptionDataset] = {}
-
-    # -- what a subclass provides ---------------------------------------------------------------
+        # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
+        # size (num_tokens), and Lightning refuses to log two different values under one key.
+        self.save_hyperparameters(ignore=["vocab_size", "source"])
+        self.hparams["source"] = source.settings()
 
     @property
     def cache_dir(self) -> Path:
-        raise NotImplementedError
+        """The source's cache folder (the trained tokenizer is cached there too)."""
+        return self.source.cache_dir
 
     def _build_cache(self) -> dict[str, Any]:
-        """Build the image cache unless an up-to-date one is there; returns its summary."""
-        raise NotImplementedError
-
-    def _train_captions(self) -> list[str]:
-        """The training captions the tokenizer is trained on."""
-        raise NotImplementedError
+        return self.source.build_cache(self.image_size)
 
     # -- tokenizer --------------------------------------------------------------------------------
 
@@ -96,7 +119,7 @@ class CaptionDataModule(L.LightningDataModule):
             if self.tokenizer_path is not None:
                 self._tokenizer = load_tokenizer(self.tokenizer_path)
             else:
-                texts = self._train_captions()
+                texts = self.source.train_captions(self.image_size)
                 key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
                 name = f"tokenizer-{self.vocab_size}-{self.min_frequency}-{key}.json"
                 self._tokenizer = cached_wordpiece(texts, self.vocab_size, self.min_frequency,
@@ -133,9 +156,9 @@ class CaptionDataModule(L.LightningDataModule):
         return self.dataset(split).captions[index]
 
     def collator(self, deterministic: bool) -> MLMCollator:
-        return MLMCollator(self.tokenizer, self.mlm_probability, self.whole_word_masking,
-                           deterministic=deterministic, seed=self.mask_seed,
-                           max_length=self.max_length)
+        return MLMCollator(self.tokenizer, mlm_probability=self.mlm_probability,
+                           whole_word=self.whole_word_masking, deterministic=deterministic,
+                           seed=self.mask_seed, max_length=self.max_length)
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         # Training resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume.
@@ -161,111 +184,6 @@ class CaptionDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.predict_split, train=False)
-
-
-class ShapesDataModule(CaptionDataModule):
-    """The embedded default: two-shape pictures with captions, generated into `root` on first use
-    (`vitbert.data.shapes`); val and test hold colour-shape pairs never seen in training."""
-
-    def __init__(
-        self,
-        root: str = "data/shapes",
-        num_train: int = 20_000,
-        num_val: int = 2_000,
-        num_test: int = 2_000,
-        seed: int = 0,
-        batch_size: int = 64,
-        num_workers: int = 2,
-        image_size: int = 32,
-        tokenizer: str | None = None,
-        vocab_size: int = 8000,
-        min_frequency: int = 2,
-        mlm_probability: float = 0.15,
-        whole_word_masking: bool = False,
-        max_length: int = 64,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        val_split: str = "val",
-        test_split: str = "test",
-        predict_split: str = "test",
-        mask_seed: int = 0,
-    ):
-        super().__init__(batch_size, num_workers, image_size, tokenizer, vocab_size, min_frequency,
-                         mlm_probability, whole_word_masking, max_length, pin_memory,
-                         persistent_workers, val_split, test_split, predict_split, mask_seed)
-        self.root = root
-        self.num_train, self.num_val, self.num_test, self.seed = num_train, num_val, num_test, seed
-        # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
-        # size (num_tokens), and Lightning refuses to log two different values under one key.
-        self.save_hyperparameters(ignore=["vocab_size"])
-
-    @property
-    def cache_dir(self) -> Path:
-        return Path(self.root)
-
-    def _build_cache(self) -> dict[str, Any]:
-        return shapes.build_cache(self.root, self.image_size, self.num_train, self.num_val,
-                                  self.num_test, self.seed)
-
-    def _train_captions(self) -> list[str]:
-        self._build_cache()
-        return self.dataset("train").captions
-
-
-class Flickr30kDataModule(CaptionDataModule):
-    """Flickr30k from `root` in any of its formats (`vitbert.data.flickr30k`), through the image
-    cache in `cache_dir`, built by prepare_data when missing or stale."""
-
-    def __init__(
-        self,
-        root: str = "data/flickr30k",
-        cache_dir: str = "data/flickr30k-cache",
-        format: str = "auto",
-        images_dir: str | None = None,
-        prepare_workers: int = 2,
-        max_bad_fraction: float = 0.05,
-        batch_size: int = 64,
-        num_workers: int = 4,
-        image_size: int = 224,
-        tokenizer: str | None = None,
-        vocab_size: int = 8000,
-        min_frequency: int = 2,
-        mlm_probability: float = 0.15,
-        whole_word_masking: bool = False,
-        max_length: int = 64,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        val_split: str = "val",
-        test_split: str = "test",
-        predict_split: str = "test",
-        mask_seed: int = 0,
-    ):
-        super().__init__(batch_size, num_workers, image_size, tokenizer, vocab_size, min_frequency,
-                         mlm_probability, whole_word_masking, max_length, pin_memory,
-                         persistent_workers, val_split, test_split, predict_split, mask_seed)
-        self.root, self._cache_dir, self.format = root, cache_dir, format
-        self.images_dir, self.prepare_workers = images_dir, prepare_workers
-        self.max_bad_fraction = max_bad_fraction
-        self._summary: dict[str, Any] | None = None
-        # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
-        # size (num_tokens), and Lightning refuses to log two different values under one key.
-        self.save_hyperparameters(ignore=["vocab_size"])
-
-    @property
-    def cache_dir(self) -> Path:
-        return Path(self._cache_dir)
-
-    def _build_cache(self) -> dict[str, Any]:
-        if self._summary is None:  # checking the fingerprint stats every image: do it once
-            self._summary = flickr30k.build_cache(
-                self.root, self.cache_dir, self.image_size, self.format, self.images_dir,
-                self.prepare_workers, self.max_bad_fraction)
-        return self._summary
-
-    def _train_captions(self) -> list[str]:
-        # The annotations alone: the tokenizer does not wait for the images to be decoded.
-        _, _, parsed = flickr30k.read_annotations(self.root, self.format)
-        return [c for r in parsed.records if r.split == "train" for c in r.captions]
 
 
 def describe(dm: CaptionDataModule) -> str:

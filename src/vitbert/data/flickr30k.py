@@ -55,6 +55,10 @@ KARPATHY_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "
 VAL_FRACTION = 1014 / 31783
 TEST_FRACTION = 1000 / 31783
 MAX_LISTED = 5
+# Defaults shared by Flickr30kSource, scripts/prepare_data.py and configs/flickr30k*.yaml, so the
+# cache prepared ahead of a multi-GPU run is the one training reads (the size is the configs').
+DEFAULT_ROOT = "data/flickr30k"
+DEFAULT_CACHE_DIR = "data/flickr30k-cache-224"
 
 
 @dataclass
@@ -259,6 +263,108 @@ def _not_utf8(path: Path) -> DataError:
 # ----------------------------------------------------------------------------- the cache
 
 
+@dataclass
+class Flickr30kCopy:
+    """A Flickr30k copy as found on disk: its format, annotation file, photos and records."""
+
+    root: Path
+    fmt: str
+    ann_path: Path
+    img_dir: Path
+    parsed: Parsed
+
+    @property
+    def records(self) -> list[ImageRecord]:
+        return self.parsed.records
+
+    @property
+    def image_paths(self) -> list[Path]:
+        return [self.img_dir / r.file for r in self.records]
+
+    def describe(self) -> str:
+        return f"{self.root} ({self.fmt} format, {self.ann_path.name}, images in {self.img_dir})"
+
+
+def locate(root: str | Path, fmt: str = "auto", images_dir: str | Path | None = None,
+           val_fraction: float = VAL_FRACTION,
+           test_fraction: float = TEST_FRACTION) -> Flickr30kCopy:
+    """Step 1: read the annotations (splits assigned) and find the photo folder."""
+    root = Path(root)
+    fmt, ann_path, parsed = read_annotations(root, fmt, val_fraction, test_fraction)
+    if not parsed.records:
+        raise DataError(f"{ann_path}: no captions could be read ({fmt} format)")
+    img_dir = find_image_dir(root, ann_path, parsed.records, images_dir)
+    return Flickr30kCopy(root, fmt, ann_path, img_dir, parsed)
+
+
+def cache_settings(src: Flickr30kCopy, image_size: int, val_fraction: float = VAL_FRACTION,
+                   test_fraction: float = TEST_FRACTION) -> dict[str, Any]:
+    """Step 2: what the cache depends on, fingerprint of the files included; a cache built with
+    other settings is stale."""
+    split_rule = ({"rule": "annotations"} if src.fmt in ("karpathy", "nlphuji") else
+                  {"rule": "sha1", "val": val_fraction, "test": test_fraction})
+    return {"version": cache.CACHE_VERSION, "format": src.fmt, "image_size": int(image_size),
+            "source": str(src.ann_path.resolve()), "split": split_rule,
+            "fingerprint": cache.fingerprint([src.ann_path], src.image_paths)}
+
+
+def decode_photos(src: Flickr30kCopy, out: Path, image_size: int, workers: int) -> dict[int, str]:
+    """Step 3: every photo into its row of images.npy, in `workers` processes; returns
+    {row: why} for the photos that could not be decoded."""
+    cache.start_build(out)
+    cache.new_image_array(out, len(src.records), image_size)  # dropped: workers open it themselves
+    return cache.decode_all_into(out / "images.npy", [str(p) for p in src.image_paths],
+                                 image_size, workers, desc=f"flickr30k {image_size}px")
+
+
+def unusable_rows(src: Flickr30kCopy, bad_images: dict[int, str]) -> dict[int, str]:
+    """Step 4: the photos left out, with why: undecodable, or no caption left to pair them with."""
+    blank = {row: "no non-empty caption" for row, r in enumerate(src.records)
+             if not r.captions and row not in bad_images}
+    return {**bad_images, **blank}
+
+
+def check_bad_fraction(src: Flickr30kCopy, out: Path, bad_rows: dict[int, str],
+                       max_bad_fraction: float) -> int:
+    """Step 5: stop with a DataError above `max_bad_fraction` (removing the partial cache), warn
+    below it; returns the count of skipped images and captions."""
+    records, bad_captions = src.records, src.parsed.bad_captions
+    problems = [f"{records[row].file} ({why})" for row, why in sorted(bad_rows.items())]
+    problems += bad_captions
+    n_caps = sum(len(r.captions) for r in records) + len(bad_captions)
+    frac_img, frac_cap = len(bad_rows) / len(records), len(bad_captions) / max(n_caps, 1)
+    first = "; ".join(problems[:MAX_LISTED])
+    if max(frac_img, frac_cap) > max_bad_fraction:
+        cache.remove_cache(out)
+        raise DataError(
+            f"{src.describe()}: {len(bad_rows)} of {len(records)} images and "
+            f"{len(bad_captions)} of {n_caps} captions are bad, more than "
+            f"max_bad_fraction={max_bad_fraction}; first few: {first}. Fix the files, point "
+            f"images_dir at the right folder, or raise max_bad_fraction"
+        )
+    skipped = len(bad_rows) + len(bad_captions)
+    if skipped:
+        warnings.warn(
+            f"flickr30k at {src.root} ({src.fmt}): skipped {len(bad_rows)} of {len(records)} "
+            f"images and {len(bad_captions)} captions; first few: {first}",
+            stacklevel=3,
+        )
+    return skipped
+
+
+def caption_table(src: Flickr30kCopy,
+                  bad_rows: dict[int, str]) -> tuple[list[int], list[str], list[str]]:
+    """Step 6: one (image row, caption, split) per caption of every usable photo."""
+    rows, texts, splits = [], [], []
+    for row, r in enumerate(src.records):
+        if row in bad_rows:
+            continue
+        rows += [row] * len(r.captions)
+        texts += r.captions
+        splits += [r.split] * len(r.captions)
+    return rows, texts, splits
+
+
 @one_builder("out")
 def build_cache(
     root: str | Path,
@@ -274,61 +380,19 @@ def build_cache(
 ) -> dict[str, Any]:
     """Build (or reuse) the image cache of the Flickr30k copy at `root`; returns the summary
     `{"format", "images", "captions", "skipped", "splits": {...}, "cache", "rebuilt"}`."""
-    root, out = Path(root), Path(out)
-    fmt, ann_path, parsed = read_annotations(root, fmt, val_fraction, test_fraction)
-    records = parsed.records
-    if not records:
-        raise DataError(f"{ann_path}: no captions could be read ({fmt} format)")
-    img_dir = find_image_dir(root, ann_path, records, images_dir)
-    paths = [img_dir / r.file for r in records]
-    split_rule = ({"rule": "annotations"} if fmt in ("karpathy", "nlphuji") else
-                  {"rule": "sha1", "val": val_fraction, "test": test_fraction})
-    settings = {"version": cache.CACHE_VERSION, "format": fmt, "image_size": int(image_size),
-                "source": str(ann_path.resolve()), "split": split_rule,
-                "fingerprint": cache.fingerprint([ann_path], paths)}
+    out = Path(out)
+    src = locate(root, fmt, images_dir, val_fraction, test_fraction)
+    settings = cache_settings(src, image_size, val_fraction, test_fraction)
     if not force and cache.is_current(out, settings):
-        meta = cache.read_meta(out)
-        return _summary(meta, out, rebuilt=False)
-
+        return _summary(cache.read_meta(out), out, rebuilt=False)
     t0 = time.perf_counter()
-    cache.start_build(out)
-    images = cache.new_image_array(out, len(records), image_size)
-    del images  # workers open it themselves
-    bad_images = cache.decode_all_into(out / "images.npy", [str(p) for p in paths], image_size,
-                                       workers, desc=f"flickr30k {image_size}px")
-    for row, r in enumerate(records):
-        if not r.captions and row not in bad_images:
-            bad_images[row] = "no non-empty caption"
-    problems = [f"{records[row].file} ({why})" for row, why in sorted(bad_images.items())]
-    problems += parsed.bad_captions
-    n_caps = sum(len(r.captions) for r in records) + len(parsed.bad_captions)
-    frac_img, frac_cap = len(bad_images) / len(records), len(parsed.bad_captions) / max(n_caps, 1)
-    if max(frac_img, frac_cap) > max_bad_fraction:
-        cache.remove_cache(out)
-        raise DataError(
-            f"{root} ({fmt} format, {ann_path.name}, images in {img_dir}): {len(bad_images)} of "
-            f"{len(records)} images and {len(parsed.bad_captions)} of {n_caps} captions are bad, "
-            f"more than max_bad_fraction={max_bad_fraction}; first few: "
-            f"{'; '.join(problems[:MAX_LISTED])}. Fix the files, point images_dir at the right "
-            f"folder, or raise max_bad_fraction"
-        )
-    skipped = len(bad_images) + len(parsed.bad_captions)
-    if skipped:
-        warnings.warn(
-            f"flickr30k at {root} ({fmt}): skipped {len(bad_images)} of {len(records)} images and "
-            f"{len(parsed.bad_captions)} captions; first few: {'; '.join(problems[:MAX_LISTED])}",
-            stacklevel=2,
-        )
-    rows, texts, splits = [], [], []
-    for row, r in enumerate(records):
-        if row in bad_images:
-            continue
-        rows += [row] * len(r.captions)
-        texts += r.captions
-        splits += [r.split] * len(r.captions)
+    bad_rows = unusable_rows(src, decode_photos(src, out, image_size, workers))
+    skipped = check_bad_fraction(src, out, bad_rows, max_bad_fraction)
+    rows, texts, splits = caption_table(src, bad_rows)
+    # Step 7: the metadata, cache.json last (its presence marks the cache complete).
     meta = cache.write_annotations(
-        out, [r.file for r in records], rows, texts, splits, settings,
-        extra={"skipped": skipped, "repaired": parsed.repaired,
+        out, [r.file for r in src.records], rows, texts, splits, settings,
+        extra={"skipped": skipped, "repaired": src.parsed.repaired,
                "build_seconds": round(time.perf_counter() - t0, 2)},
     )
     return _summary(meta, out, rebuilt=True)

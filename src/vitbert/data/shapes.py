@@ -51,6 +51,7 @@ TEMPLATES = (
 REL2 = {"left of": "to the left of", "right of": "to the right of", "above": "above",
         "below": "below"}
 BACKGROUND = 30
+DEFAULT_ROOT = "data/shapes"  # where the embedded default is generated
 
 
 def held_out_pairs(seed: int) -> set[tuple[int, int]]:
@@ -153,7 +154,7 @@ def generate(n: int, image_size: int = 32, seed: int = 0, split: str = "train",
 
 
 @one_builder("root")
-def build_cache(root: str | Path = "data/shapes", image_size: int = 32, num_train: int = 20_000,
+def build_cache(root: str | Path = DEFAULT_ROOT, image_size: int = 32, num_train: int = 20_000,
                 num_val: int = 2_000, num_test: int = 2_000, seed: int = 0,
                 force: bool = False) -> dict[str, Any]:
     """Generate the shapes data set into the cache format at `root` unless it is already there."""

@@ -15,7 +15,6 @@ The lit module stores the tokenizer inside checkpoints as the tokenizer.json str
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
+from .files import atomic_write
 from .lock import build_lock
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -116,12 +116,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
 
 def save_tokenizer(tok: PreTrainedTokenizerFast, path: str | Path) -> Path:
     """Write the tokenizer.json to `path` atomically (parallel ranks may race to write it)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(tokenizer_to_json(tok))
-    tmp.replace(path)
-    return path
+    return atomic_write(path, tokenizer_to_json(tok))
 
 
 def cached_wordpiece(texts: list[str], vocab_size: int, min_frequency: int,

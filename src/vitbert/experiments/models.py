@@ -18,7 +18,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from vitbert.models.patch_embed import ConvStem
-from vitbert.nn import Encoder, LearnedPosition, RelativePositionBias2D, Rotary2D
+from vitbert.nn import BlockConfig, Encoder, LearnedPosition, RelativePositionBias2D, Rotary2D
 
 Position = Literal["none", "learned", "bias", "rope2d"]
 POSITIONS: tuple[str, ...] = ("none", "learned", "bias", "rope2d")
@@ -101,8 +101,7 @@ class AttentionClassifier(nn.Module):
         self.pos = LearnedPosition(grid[0] * grid[1], dim) if position == "learned" else None
         self.bias = RelativePositionBias2D(num_heads, grid) if position == "bias" else None
         self.rotary = Rotary2D(dim // num_heads, grid) if position == "rope2d" else None
-        self.encoder = Encoder(dim, depth=1, num_heads=num_heads, mlp_ratio=mlp_ratio,
-                               scale=scale)
+        self.encoder = Encoder(BlockConfig(dim, num_heads, mlp_ratio, scale=scale), depth=1)
         self.head = ClassifierHead(dim, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -13,12 +13,14 @@ end. An interrupted or failed run leaves the previous file (if any) untouched an
 from __future__ import annotations
 
 import json
-import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
 import lightning as L
 from lightning.pytorch.callbacks import BasePredictionWriter
+
+from vitbert.data.files import atomic_open
 
 
 def _plain(value: Any) -> Any:
@@ -40,7 +42,7 @@ class PredictionWriter(BasePredictionWriter):
         super().__init__(write_interval="batch")
         self.output = Path(output)
         self._file: IO[str] | None = None
-        self._tmp: Path | None = None
+        self._open: ExitStack | None = None  # holds the atomic_open of the file being written
         self._count = 0
 
     def target(self, trainer: L.Trainer) -> Path:
@@ -50,10 +52,9 @@ class PredictionWriter(BasePredictionWriter):
             f"{self.output.stem}.rank{trainer.global_rank}{self.output.suffix}")
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        target = self.target(trainer)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        self._file = self._tmp.open("w", encoding="utf-8")
+        self._open = ExitStack()
+        self._file = self._open.enter_context(
+            atomic_open(self.target(trainer), "w", encoding="utf-8"))
         self._count = 0
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
@@ -65,12 +66,10 @@ class PredictionWriter(BasePredictionWriter):
         self._count += len(examples)
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        assert self._file is not None and self._tmp is not None
-        self._file.close()
-        target = self.target(trainer)
-        self._tmp.replace(target)  # atomic on one file system: the file is whole or absent
-        self._file = self._tmp = None
-        print(f"Wrote {self._count} predictions to {target}")
+        assert self._open is not None
+        self._open.close()  # the file is whole at its target now, or absent
+        self._file = self._open = None
+        print(f"Wrote {self._count} predictions to {self.target(trainer)}")
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
                      exception: BaseException) -> None:
@@ -80,8 +79,6 @@ class PredictionWriter(BasePredictionWriter):
         self._discard()  # a run that ended without on_predict_end leaves nothing behind
 
     def _discard(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        if self._tmp is not None:
-            self._tmp.unlink(missing_ok=True)
-        self._file = self._tmp = None
+        if self._open is not None:  # closing as if failed: the temporary file is removed
+            self._open.__exit__(RuntimeError, RuntimeError("prediction stopped"), None)
+        self._file = self._open = None

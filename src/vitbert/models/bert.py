@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from vitbert.models.config import TextTowerConfig
-from vitbert.nn import Encoder
+from vitbert.nn import BlockConfig, Encoder
 
 IMAGE, WORD = 0, 1  # rows of the modality embedding
 
@@ -55,9 +55,9 @@ class TextTower(nn.Module):
     def __init__(self, cfg: TextTowerConfig, vocab_size: int) -> None:
         super().__init__()
         self.embeddings = TextEmbeddings(vocab_size, cfg.dim, cfg.max_len, cfg.dropout)
-        self.encoder = Encoder(cfg.dim, cfg.depth, cfg.num_heads, cfg.mlp_ratio,
-                               drop=cfg.dropout, attn_drop=cfg.dropout,
-                               drop_path=cfg.drop_path, norm_eps=cfg.norm_eps)
+        block = BlockConfig(cfg.dim, cfg.num_heads, cfg.mlp_ratio, drop=cfg.dropout,
+                            attn_drop=cfg.dropout, drop_path=cfg.drop_path, norm_eps=cfg.norm_eps)
+        self.encoder = Encoder(block, cfg.depth)
 
 
 class MLMHead(nn.Module):

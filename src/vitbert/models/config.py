@@ -4,9 +4,11 @@ They are saved inside checkpoints (``dataclasses.asdict``) and must load back wi
 ``torch.load(weights_only=True)``, so they hold only numbers, strings, tuples and nested dicts,
 never modules or tensors. LightningCLI reads them from YAML through their type hints.
 
-:data:`PRESETS` names the configurations the project talks about: ``default`` (the embedded
-CPU-minutes data set) and the Flickr30k models (the reference pretrained ViT-B/16 → one image token
-→ 6-block BERT, its R50 hybrid twin, and the one-token-per-patch variant).
+:data:`PRESETS` names the configurations the project talks about: ``default`` (the dataclass
+defaults: the small model ``configs/default.yaml`` trains on the embedded shapes in CPU-minutes)
+and the Flickr30k models (the reference pretrained ViT-B/16 → one image token → 6-block BERT, its
+R50 hybrid twin, and the one-token-per-patch variant). Every field carries a docstring, which
+``train.py fit --help`` prints next to the setting.
 """
 
 from __future__ import annotations
@@ -21,22 +23,40 @@ class ImageTowerConfig:
     """The ViT: which patch embedding, how wide and deep, how to pool, which pixels it expects."""
 
     kind: Literal["vit", "hybrid", "conv_stem"] = "conv_stem"
+    """Patch embedding: ``vit`` (a conv patchify), ``hybrid`` (a ResNetV2 feature map, R50+ViT) or
+    ``conv_stem`` (two 3×3 convs then a patch conv, for small pictures)."""
     image_size: int = 32
-    patch_size: int = 4  # ViT patch; for hybrid the patch over the feature map (1 = cells)
+    """Side of the square input picture in pixels."""
+    patch_size: int = 4
+    """Side of one patch token in pixels; for ``hybrid``, in feature-map cells (1 = every cell)."""
     in_chans: int = 3
+    """Colour channels of the input."""
     dim: int = 128
+    """Width of the image tokens."""
     depth: int = 2
+    """Number of encoder blocks."""
     num_heads: int = 4
+    """Attention heads per block; ``dim`` must divide by it."""
     mlp_ratio: float = 4.0
+    """Feed-forward hidden width as a multiple of ``dim``."""
     class_token: bool = False
+    """Prepend a learned class token (needed by ``pool: cls`` and by timm's ViT weights)."""
     pool: Literal["mean", "cls"] = "mean"
-    hybrid_layers: tuple[int, ...] = (3, 4, 9)  # ResNetV2 stage depths; () = stem only
-    stem_hidden_dim: int = 32
+    """The one image vector: the mean of the patch tokens, or the class token."""
+    hybrid_layers: tuple[int, ...] = (3, 4, 9)
+    """ResNetV2 stage depths of the ``hybrid`` front end; () = the stem only."""
+    stem_hidden_dim: int = 16
+    """Channels of the two 3×3 convs of ``conv_stem``."""
     drop_path: float = 0.0
+    """Stochastic depth at the last block (rises linearly from 0 at the first)."""
     norm_eps: float = 1e-6
-    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # pixel normalisation belongs to the weights
+    """LayerNorm epsilon."""
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    """Per-channel pixel mean subtracted before the tower; it belongs to the pretrained weights."""
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    pretrained: str | None = None  # timm model name (downloads when online) or a local file
+    """Per-channel pixel standard deviation divided out before the tower."""
+    pretrained: str | None = None
+    """Initial weights: a timm model name (downloads when online) or a local file; null = random."""
 
     def __post_init__(self) -> None:
         # YAML and JSON give lists; keep the declared tuples so configs compare equal.
@@ -52,13 +72,21 @@ class TextTowerConfig:
     """The BERT: width, depth, longest caption in word pieces, regularisation."""
 
     dim: int = 128
+    """Width of the text tokens (the image tokens are projected to it)."""
     depth: int = 2
+    """Number of encoder blocks."""
     num_heads: int = 4
+    """Attention heads per block; ``dim`` must divide by it."""
     mlp_ratio: float = 4.0
-    max_len: int = 64
+    """Feed-forward hidden width as a multiple of ``dim``."""
+    max_len: int = 32
+    """Longest caption in word pieces, [CLS] and [SEP] included (rows of the position table)."""
     dropout: float = 0.0
+    """Dropout on the embeddings, the attention weights and the block outputs."""
     drop_path: float = 0.0
+    """Stochastic depth at the last block (rises linearly from 0 at the first)."""
     norm_eps: float = 1e-6
+    """LayerNorm epsilon."""
 
 
 @dataclass
@@ -66,11 +94,17 @@ class VitBertConfig:
     """Both towers, the vocabulary, and how the image reaches the text (1 pooled or all patches)."""
 
     image: ImageTowerConfig = field(default_factory=ImageTowerConfig)
+    """The image tower (ViT)."""
     text: TextTowerConfig = field(default_factory=TextTowerConfig)
+    """The text tower (BERT)."""
     vocab_size: int = 8000
+    """Word pieces in the vocabulary; training takes it from the tokenizer."""
     pad_token_id: int = 0
-    image_tokens: Literal["pooled", "patches"] = "pooled"
+    """Id of [PAD]; training takes it from the tokenizer."""
+    image_tokens: Literal["pooled", "patches"] = "patches"
+    """What of the image reaches the text: one pooled vector, or every patch token."""
     projector_norm: bool = False
+    """LayerNorm the projected image tokens before they join the words."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -102,6 +136,7 @@ def _flickr30k() -> VitBertConfig:
         ),
         text=TextTowerConfig(dim=768, depth=6, num_heads=12, max_len=64, dropout=0.1),
         vocab_size=8000,
+        image_tokens="pooled",
     )
 
 

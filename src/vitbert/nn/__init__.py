@@ -24,7 +24,7 @@ from vitbert.nn.attention import (
     combine_masks,
     key_padding_mask,
 )
-from vitbert.nn.encoder import Block, DropPath, Encoder
+from vitbert.nn.encoder import Block, BlockConfig, Encoder
 from vitbert.nn.mlp import MLP, SwiGLU, build_mlp
 from vitbert.nn.position import (
     LearnedPosition,
@@ -39,7 +39,7 @@ __all__ = [
     "MLP",
     "Attention",
     "Block",
-    "DropPath",
+    "BlockConfig",
     "Encoder",
     "LearnedPosition",
     "RelativePositionBias2D",

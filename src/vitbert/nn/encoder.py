@@ -8,50 +8,59 @@ the first block undiminished and deep stacks train without a warm-up crutch. Pos
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from timm.layers import DropPath
 from torch import Tensor, nn
 
 from vitbert.nn.attention import Attention, QueryKeyTransform
 from vitbert.nn.mlp import MLPKind, build_mlp
 
 
-class DropPath(nn.Module):
-    """Stochastic depth: in training, drop a whole residual branch per sample, rescale the rest."""
+@dataclass(frozen=True)
+class BlockConfig:
+    """The settings every block of one encoder shares (nanoGPT's ``GPTConfig``, for one stack)."""
 
-    def __init__(self, p: float = 0.0) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.p == 0.0 or not self.training:
-            return x
-        keep = x.new_empty(x.shape[0], *([1] * (x.ndim - 1))).bernoulli_(1.0 - self.p)
-        return x * keep / (1.0 - self.p)
+    dim: int
+    """Token width D."""
+    num_heads: int
+    """Attention heads H; the head width D / H must be whole."""
+    mlp_ratio: float = 4.0
+    """Hidden width of the feed-forward network as a multiple of D."""
+    mlp: MLPKind = "gelu"
+    """Feed-forward kind: ``gelu`` (BERT, ViT), ``relu`` (2017) or ``swiglu`` (gated)."""
+    qkv_bias: bool = True
+    """Whether the fused q/k/v projection has a bias."""
+    drop: float = 0.0
+    """Dropout after the attention output projection and in the feed-forward network."""
+    attn_drop: float = 0.0
+    """Dropout on the attention weights."""
+    drop_path: float = 0.0
+    """Stochastic depth: the largest rate, reached at the last block of an :class:`Encoder`."""
+    norm_first: bool = True
+    """Pre-norm (ViT, ModernBERT) when true; post-norm (original Transformer, BERT) when false."""
+    scale: bool = True
+    """Scale attention scores by 1/sqrt(Dh); false only for the scaling experiment."""
+    norm_eps: float = 1e-6
+    """LayerNorm epsilon (timm's ViT: 1e-6; torch's default: 1e-5)."""
 
 
 class Block(nn.Module):
-    """One encoder block, with timm's names (``norm1``, ``attn``, ``norm2``, ``mlp``)."""
+    """One encoder block, with timm's names (``norm1``, ``attn``, ``norm2``, ``mlp``).
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        mlp_ratio: float = 4.0,
-        mlp: MLPKind = "gelu",
-        qkv_bias: bool = True,
-        drop: float = 0.0,
-        attn_drop: float = 0.0,
-        drop_path: float = 0.0,
-        norm_first: bool = True,
-        scale: bool = True,
-        norm_eps: float = 1e-6,
-    ) -> None:
+    ``drop_path`` overrides ``config.drop_path`` for this block (the encoder ramps it by depth).
+    """
+
+    def __init__(self, config: BlockConfig, drop_path: float | None = None) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, drop, scale)
-        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = build_mlp(mlp, dim, mlp_ratio, drop)
-        self.drop_path = DropPath(drop_path)
+        c = config
+        self.norm_first = c.norm_first
+        self.norm1 = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.attn = Attention(c.dim, c.num_heads, c.qkv_bias, c.attn_drop, c.drop, c.scale)
+        self.norm2 = nn.LayerNorm(c.dim, eps=c.norm_eps)
+        self.mlp = build_mlp(c.mlp, c.dim, c.mlp_ratio, c.drop)
+        rate = c.drop_path if drop_path is None else drop_path
+        self.drop_path = DropPath(rate) if rate > 0 else nn.Identity()
 
     def forward(
         self,
@@ -75,32 +84,15 @@ class Block(nn.Module):
 class Encoder(nn.Module):
     """``depth`` blocks and a final LayerNorm (identity for post-norm, which normalises inside).
 
-    Stochastic depth rises linearly from 0 at the first block to ``drop_path`` at the last.
+    Stochastic depth rises linearly from 0 at the first block to ``config.drop_path`` at the last.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        depth: int,
-        num_heads: int,
-        mlp_ratio: float = 4.0,
-        mlp: MLPKind = "gelu",
-        qkv_bias: bool = True,
-        drop: float = 0.0,
-        attn_drop: float = 0.0,
-        drop_path: float = 0.0,
-        norm_first: bool = True,
-        scale: bool = True,
-        norm_eps: float = 1e-6,
-    ) -> None:
+    def __init__(self, config: BlockConfig, depth: int) -> None:
         super().__init__()
-        rates = [drop_path * i / max(depth - 1, 1) for i in range(depth)]
-        self.blocks = nn.ModuleList(
-            Block(dim, num_heads, mlp_ratio, mlp, qkv_bias, drop, attn_drop, rate, norm_first,
-                  scale, norm_eps)
-            for rate in rates
-        )
-        self.norm = nn.LayerNorm(dim, eps=norm_eps) if norm_first else nn.Identity()
+        rates = [config.drop_path * i / max(depth - 1, 1) for i in range(depth)]
+        self.blocks = nn.ModuleList(Block(config, drop_path=rate) for rate in rates)
+        final_norm = config.norm_first  # post-norm blocks already end in a LayerNorm
+        self.norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if final_norm else nn.Identity()
 
     def forward(
         self,

@@ -2,6 +2,7 @@
 storage choice behind the cache (numpy memmap against a `datasets` Arrow table).
 
 Used by `scripts/bench.py` (section "data"); kept here so tests and notebooks can call it.
+Training never imports this module: `DecodingDataset` exists only to be measured against.
 Without a Flickr30k copy it writes a Flickr-like folder: JPEGs of ~500x375 (Flickr30k's typical
 size) cut from scikit-image's bundled photos, with a results_20130124.token file.
 """
@@ -19,8 +20,8 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from . import flickr30k
-from .cache import CaptionDataset, DecodingDataset
+from vitbert.data import flickr30k
+from vitbert.data.cache import CaptionDataset, decode_image
 
 
 def make_jpeg_folder(root: str | Path, n: int = 256, size: tuple[int, int] = (500, 375),
@@ -44,6 +45,26 @@ def make_jpeg_folder(root: str | Path, n: int = 256, size: tuple[int, int] = (50
         lines += [f"{i}.jpg#{k}\tphoto number {i} caption {k} .\n" for k in range(5)]
     (root / "results_20130124.token").write_text("".join(lines))
     return root
+
+
+class DecodingDataset(Dataset):
+    """The same items as a CaptionDataset, but decoding the source image file every time.
+
+    Only for the benchmark: it is what training would cost without the cache.
+    """
+
+    def __init__(self, cached: CaptionDataset, image_paths: Callable[[int], Path]):
+        self.cached = cached
+        self.image_paths = image_paths
+
+    def __len__(self) -> int:
+        return len(self.cached)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        row = int(self.cached.rows[i])
+        img = decode_image(self.image_paths(row), self.cached.image_size)
+        return {"image": torch.from_numpy(img), "caption": self.cached.captions[i], "index": i,
+                "row": row}
 
 
 def _stack(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -79,8 +100,7 @@ def data_benchmark(root: str | Path | None = None, n_images: int = 256, image_si
                                         val_fraction=0.0, test_fraction=0.0)
         build_s = time.perf_counter() - t0
         cached = CaptionDataset(work / "cache", "train")
-        img_dir = flickr30k.find_image_dir(Path(root), flickr30k.detect(root)[1],
-                                           [flickr30k.ImageRecord(cached.files[0], [])])
+        img_dir = flickr30k.locate(root).img_dir
         decoding = DecodingDataset(cached, lambda row: img_dir / cached.files[row])
         cached_sps = loader_throughput(cached, batch_size, num_workers, max_batches)
         decode_sps = loader_throughput(decoding, batch_size, num_workers, max_batches)

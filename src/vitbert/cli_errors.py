@@ -1,0 +1,98 @@
+"""Turning a user's mistake into one line that says what is wrong and how to fix it.
+
+Every script of the project follows one rule: a mistake the user can fix (a missing data folder, a
+config passed where a checkpoint goes, a GPU config on a CPU machine, pretrained weights that
+cannot be downloaded offline) exits with status 2 and one line on stderr; a real bug keeps its
+traceback. :func:`explain` decides which is which; ``--debug`` shows the traceback anyway.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+
+from vitbert.data.cache import DataError
+from vitbert.io import CheckpointError
+from vitbert.predict import PredictError
+
+# Errors whose message is already the one line a user needs.
+USER_ERRORS = (DataError, CheckpointError, PredictError)
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+# Values of --ckpt_path that Lightning resolves itself.
+SPECIAL_CKPT_PATHS = ("last", "best", "hpc", "registry")
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value given to ``flag`` in ``args`` (``--flag value`` or ``--flag=value``), if any."""
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def checkpoint_problem(path: str | Path, flag: str = "--ckpt_path") -> str | None:
+    """Why ``path`` cannot be a checkpoint, before torch reads it; None when it may be one.
+
+    torch writes checkpoints as zip archives; anything else (a YAML config passed by mistake, a
+    text file) would reach ``torch.load`` and come back with advice to retry with
+    ``weights_only=False``, which is wrong and unsafe here.
+    """
+    path = Path(path)
+    if not path.exists():
+        return f"{flag} {path}: no such file"
+    if path.is_dir():
+        return None  # an exported folder: the loader checks its files
+    if path.suffix in CONFIG_SUFFIXES:
+        return (f"{flag} {path}: this is a config, not a checkpoint; did you mean "
+                f"--config {path}?")
+    if not zipfile.is_zipfile(path):
+        return (f"{flag} {path}: not a PyTorch checkpoint (torch saves .ckpt files as zip "
+                "archives); pass a .ckpt written by scripts/train.py")
+    return None
+
+
+def check_ckpt_path(args: list[str]) -> None:
+    """Refuse an unusable ``--ckpt_path`` before any data is prepared or model built."""
+    value = flag_value(args, "--ckpt_path")
+    if value is None or value in SPECIAL_CKPT_PATHS or value.startswith("hf://"):
+        return
+    problem = checkpoint_problem(value)
+    if problem is not None:
+        raise CheckpointError(problem)
+
+
+def explain(error: BaseException, args: list[str]) -> str | None:
+    """The one line for a mistake the user can fix, or None for a bug (keep the traceback)."""
+    if isinstance(error, USER_ERRORS):
+        return str(error)
+    message = str(error)
+    name = type(error).__name__
+    if name == "MisconfigurationException" and "gpu" in message.lower():
+        return (f"{message.rstrip('!. ')}: this machine has no GPU that torch can use; add "
+                "--trainer.accelerator cpu (and --trainer.devices 1) to run on the CPU")
+    if isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in message:
+        # torch's own text advises weights_only=False, which would run the code: not here.
+        return (f"--ckpt_path {flag_value(args, '--ckpt_path')}: refused, its pickle holds more "
+                "than tensors and plain values (loading it could run code). Pass a .ckpt "
+                "written by scripts/train.py")
+    if _is_offline_download(error):
+        pretrained = flag_value(args, "--model.net.image.pretrained")
+        what = f" {pretrained!r}" if pretrained else ""
+        return (f"cannot download the pretrained image weights{what} (no network or Hugging Face "
+                "hub access): pass a local file with --model.net.image.pretrained "
+                "/path/to/weights.safetensors, or --model.net.image.pretrained null to train the "
+                "image tower from scratch")
+    return None
+
+
+def _is_offline_download(error: BaseException) -> bool:
+    """huggingface_hub's 'not in the cache and offline / unreachable' errors, however wrapped."""
+    while error is not None:
+        if type(error).__name__ in ("LocalEntryNotFoundError", "OfflineModeIsEnabled"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False

@@ -1,0 +1,137 @@
+"""Data sources: where captioned pictures come from and how they reach the image cache.
+
+A source owns three things: the folder its cache lives in, building that cache (or finding it
+current), and the training captions the tokenizer learns from. Everything after the cache
+(tokenizer, masking, loaders) belongs to `CaptionDataModule`, which receives a source:
+
+    data:
+      source:
+        class_path: vitbert.data.ShapesSource
+        init_args: {root: data/shapes, num_train: 20000}
+
+A new source (web shards, another captioned set) is a third subclass of `DataSource` that writes
+the cache format of `vitbert.data.cache`; nothing else changes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from . import flickr30k, shapes
+from .cache import CaptionDataset
+
+
+class DataSource(ABC):
+    """Captioned pictures written once into the image cache (`vitbert.data.cache`)."""
+
+    @property
+    @abstractmethod
+    def cache_dir(self) -> Path:
+        """The folder holding images.npy, annotations.json and cache.json."""
+
+    @abstractmethod
+    def build_cache(self, image_size: int) -> dict[str, Any]:
+        """Build the cache at `image_size` unless a current one is there; returns its summary.
+        Cheap to call again: the data module calls it from prepare_data, setup and dataset."""
+
+    @abstractmethod
+    def train_captions(self, image_size: int) -> list[str]:
+        """The training captions, the text the tokenizer is trained on."""
+
+    def settings(self) -> dict[str, Any]:
+        """The constructor arguments, for the run's logged hyperparameters."""
+        return {"class_path": f"{type(self).__module__}.{type(self).__name__}",
+                "init_args": {k.lstrip("_"): v for k, v in vars(self).items()
+                              if not k.startswith("__") and k != "_summaries"}}
+
+
+class ShapesSource(DataSource):
+    """The embedded default: pictures of two shapes with captions, generated on first use
+    (`vitbert.data.shapes`); val and test hold colour-shape pairs never seen in training."""
+
+    def __init__(
+        self,
+        *,
+        root: str = shapes.DEFAULT_ROOT,
+        num_train: int = 20_000,
+        num_val: int = 2_000,
+        num_test: int = 2_000,
+        seed: int = 0,
+    ):
+        """
+        Args:
+            root: Folder the pictures are generated into (the cache itself); reused while its
+                settings match.
+            num_train: Training pictures (one caption each).
+            num_val: Validation pictures, each holding a colour-shape pair unseen in training.
+            num_test: Test pictures, drawn like the validation ones.
+            seed: Generation seed: the same seed gives the same pictures, captions and held-out
+                pairs.
+        """
+        self.root = root
+        self.num_train, self.num_val, self.num_test, self.seed = num_train, num_val, num_test, seed
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.root)
+
+    def build_cache(self, image_size: int) -> dict[str, Any]:
+        return shapes.build_cache(self.root, image_size, self.num_train, self.num_val,
+                                  self.num_test, self.seed)
+
+    def train_captions(self, image_size: int) -> list[str]:
+        self.build_cache(image_size)  # generating the captions means generating the pictures
+        return CaptionDataset(self.cache_dir, "train").captions
+
+
+class Flickr30kSource(DataSource):
+    """Flickr30k from `root` in any of its formats (`vitbert.data.flickr30k`), decoded once into
+    the image cache in `cache_dir` (`scripts/prepare_data.py` builds the same cache ahead)."""
+
+    def __init__(
+        self,
+        *,
+        root: str = flickr30k.DEFAULT_ROOT,
+        cache_dir: str = flickr30k.DEFAULT_CACHE_DIR,
+        format: str = "auto",
+        images_dir: str | None = None,
+        prepare_workers: int = 2,
+        max_bad_fraction: float = 0.05,
+    ):
+        """
+        Args:
+            root: Folder holding the Flickr30k photos and one annotation file (here or one folder
+                below).
+            cache_dir: Folder of the decoded uint8 image cache; rebuilt when the photos, the
+                annotations or the image size change.
+            format: Annotation format: auto, karpathy, nlphuji, kaggle or token (see
+                scripts/prepare_data.py --help).
+            images_dir: Photo folder (relative to root, or absolute) when it has none of the
+                usual names.
+            prepare_workers: Processes decoding the photos while the cache is built (0 = this
+                process).
+            max_bad_fraction: Largest fraction of unreadable images or empty captions skipped
+                with a warning; above it the build stops with an error.
+        """
+        self.root, self._cache_dir, self.format = root, cache_dir, format
+        self.images_dir, self.prepare_workers = images_dir, prepare_workers
+        self.max_bad_fraction = max_bad_fraction
+        self._summaries: dict[int, dict[str, Any]] = {}
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self._cache_dir)
+
+    def build_cache(self, image_size: int) -> dict[str, Any]:
+        if image_size not in self._summaries:  # the fingerprint stats every photo: check once
+            self._summaries[image_size] = flickr30k.build_cache(
+                self.root, self.cache_dir, image_size, self.format, self.images_dir,
+                self.prepare_workers, self.max_bad_fraction)
+        return self._summaries[image_size]
+
+    def train_captions(self, image_size: int) -> list[str]:
+        # The annotations alone: the tokenizer does not wait for the photos to be decoded.
+        _, _, parsed = flickr30k.read_annotations(self.root, self.format)
+        return [c for r in parsed.records if r.split == "train" for c in r.captions]
