@@ -92,6 +92,9 @@ class ResumableLoader(DataLoader):
     after any DDP sharding) without loading their examples.
     """
 
+    _batches = 0  # handed out in the current epoch (a checkpoint may come before the first)
+    _skip = 0  # to skip at the next iteration, set by load_state_dict
+
     def state_dict(self) -> dict[str, int]:
         sampler = self._epoch_shuffle
         return {"seed": sampler.seed, "epoch": sampler.epoch, "batches": self._batches}
@@ -101,12 +104,12 @@ class ResumableLoader(DataLoader):
         sampler.seed, sampler.epoch, batches = state["seed"], state["epoch"], state["batches"]
         if batches >= len(self):  # saved at an epoch's end: the next one starts afresh
             sampler.epoch, batches = sampler.epoch + 1, 0
-        self._skip = batches
+        self._skip = self._batches = batches
 
     def __iter__(self) -> Iterator[Any]:
         # A generator: nothing below runs before the first batch is asked for, which Lightning
         # does after set_epoch (it calls iter() before).
-        skip, self._skip = getattr(self, "_skip", 0), 0
+        skip, self._skip = self._skip, 0
         self._batches = skip
         # The skip applies to this process's own indices, after any DDP sharding.
         batch_sampler = self.batch_sampler
