@@ -1,5 +1,6 @@
-"""No code runs on load: every way the project reads a checkpoint refuses one whose pickle would
-run code, with an error, and the code did not run.
+"""No code runs on load: every way the project reads a checkpoint (the library, ``train.py``'s
+subcommands and ``init_from``, ``scripts/predict.py``, ``export.py``, ``demo.py``) refuses one whose
+pickle would run code, with an error, and the code did not run.
 
 The hostile file is a checkpoint-shaped dict holding one object whose unpickling calls
 ``os.mkdir(marker)``; a loader that ran it would leave the marker folder behind.
@@ -7,6 +8,7 @@ The hostile file is a checkpoint-shaped dict holding one object whose unpickling
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pickle
 import sys
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent / "lit"))
 from tiny_run import TINY_MODEL, tiny_shapes
@@ -22,6 +25,8 @@ from vitbert.cli import main
 from vitbert.io import CheckpointError, export, load_model, read_checkpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.predict import FillMask
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 class _RunsCode:
@@ -100,4 +105,27 @@ def test_fine_tuning_init_from_refuses_code(hostile, shapes, tmp_path, monkeypat
         main(_cli(tmp_path, shapes, "fit", "--model.init_from", str(path)))
     assert stopped.value.code == 2
     assert "hostile.ckpt: refused, its pickle holds more than tensors" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("script", ["predict", "export", "demo"])
+def test_scripts_refuse_code(hostile, tmp_path, capsys, script):
+    path, marker = hostile
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (8, 8)).save(photo)
+    argv = {"predict": ["--ckpt", str(path), "--image", str(photo), "--text", "a [MASK] ."],
+            "export": ["--ckpt", str(path), "--out", str(tmp_path / "out")],
+            "demo": ["--ckpt", str(path)]}[script]
+    module = _script(script)
+    # demo: run() is main() without its SIGTERM handler and temp folder, which the test keeps.
+    status = module.run(module.parse_args(argv)) if script == "demo" else module.main(argv)
+    assert status == 2
+    assert "refused, its pickle holds more than tensors" in capsys.readouterr().err
     assert not marker.exists()
