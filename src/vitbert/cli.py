@@ -26,6 +26,7 @@ from vitbert.data.datamodule import CaptionDataModule
 from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.progress import LogProgress
+from vitbert.lit.resume import ResumeState
 from vitbert.lit.summary import ValidationSummary
 from vitbert.lit.writer import PredictionWriter
 
@@ -110,6 +111,16 @@ class VitBertCLI(LightningCLI):
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
 
+    def _load_weights_only(self) -> None:
+        """``--ckpt_path`` is read with ``torch.load(weights_only=True)``: a checkpoint whose
+        pickle would run code is refused, whatever torch's default (False before 2.6)."""
+        config = self.config_init[self.subcommand]
+        if config.get("weights_only") is None:
+            config["weights_only"] = True
+
+    before_fit = before_validate = before_test = before_predict = _load_weights_only
+
+
 def main(args: list[str] | None = None) -> VitBertCLI:
     """Run the CLI; a mistake the user can fix exits 2 with one line (``--debug``: traceback)."""
     args = list(sys.argv[1:] if args is None else args)
@@ -143,6 +154,7 @@ def _cli(args: list[str]) -> VitBertCLI:
             "logger": _loggers(),
             "enable_progress_bar": progress["enable_progress_bar"],
             "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step"),
+                          ResumeState(),  # RNG states in checkpoints; SIGTERM → last.ckpt
                           *progress["callbacks"]],
         },
         save_config_kwargs={"overwrite": True},

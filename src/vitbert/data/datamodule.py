@@ -26,8 +26,9 @@ from transformers import PreTrainedTokenizerFast
 from .cache import SPLITS, CaptionDataset, DataError
 from .features import ImageFeatures
 from .masking import MLMCollator
+from .resume import eval_loader, resumable_loader
 from .sources import DataSource
-from .tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
+from .tokenizer import cached_wordpiece, load_tokenizer
 
 
 class CaptionDataModule(L.LightningDataModule):
@@ -123,12 +124,8 @@ class CaptionDataModule(L.LightningDataModule):
                 texts = self.source.train_captions(self.image_size)
                 key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
                 name = f"tokenizer-{self.vocab_size}-{self.min_frequency}-{key}.json"
-                path = self.cache_dir / name
-                if path.is_file():
-                    self._tokenizer = load_tokenizer(path)
-                else:
-                    self._tokenizer = train_wordpiece(texts, self.vocab_size, self.min_frequency)
-                    save_tokenizer(self._tokenizer, path)
+                self._tokenizer = cached_wordpiece(texts, self.vocab_size, self.min_frequency,
+                                                   self.cache_dir / name)
         return self._tokenizer
 
     @property
@@ -171,11 +168,12 @@ class CaptionDataModule(L.LightningDataModule):
         self._image_features = features
 
     def _loader(self, split: str, train: bool) -> DataLoader:
+        # Training resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume.
+        make = resumable_loader if train else eval_loader
         dataset = self.dataset(split)
-        return DataLoader(
+        return make(
             self._image_features.wrap(dataset) if self._image_features else dataset,
             batch_size=self.batch_size,
-            shuffle=train,
             drop_last=False,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import cache
+from .lock import one_builder
 
 COLOURS = {
     "red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 90, 230),
@@ -152,6 +153,7 @@ def generate(n: int, image_size: int = 32, seed: int = 0, split: str = "train",
     return images, captions
 
 
+@one_builder("root")
 def build_cache(root: str | Path = DEFAULT_ROOT, image_size: int = 32, num_train: int = 20_000,
                 num_val: int = 2_000, num_test: int = 2_000, seed: int = 0,
                 force: bool = False) -> dict[str, Any]:

@@ -184,7 +184,20 @@ class LastCheckpoint(L.Callback):
     def _save(self, trainer: L.Trainer) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
-        trainer.save_checkpoint(Path(self.dirpath) / self.FILENAME)
+        self.save(trainer)
+
+    def save(self, trainer: L.Trainer) -> Path:
+        """Write it now (every rank calls this). Lightning writes to a temporary file and renames
+        it, so a kill or a full disk mid-write leaves the previous last.ckpt whole."""
+        path = Path(self.dirpath) / self.FILENAME
+        try:
+            # Everything, to resume from; said explicitly (left unset, Lightning logs a warning).
+            trainer.save_checkpoint(path, weights_only=False)
+        except OSError as error:  # a full disk, a read-only or vanished folder
+            raise OSError(error.errno, f"cannot write {path} ({error.strerror or error}); free "
+                          "some space or pass a writable --checkpoint.dirpath. The previous "
+                          f"{self.FILENAME}, if any, is untouched") from error
+        return path
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         step = trainer.global_step
