@@ -33,7 +33,7 @@ from vitbert.experiments.report import (
     summarize,
     write_json,
 )
-from vitbert.experiments.train import train_classifier
+from vitbert.experiments.train import RunResult, train_classifier
 
 HEADS, HEAD_DIM, STEM_WIDTH = (1, 2, 4, 8), 4, 4
 LR, BATCH = 1e-3, 128
@@ -43,8 +43,8 @@ def _label(heads: int) -> str:
     return f"{heads} head{'s' if heads > 1 else ''} × {HEAD_DIM} (width {heads * HEAD_DIM})"
 
 
-def run_one(heads: int, seed: int, args) -> tuple[int, int, float, float]:
-    """One training (a row of the table, one seed): (heads, seed, test accuracy, seconds)."""
+def run_one(heads: int, seed: int, args) -> tuple[int, int, RunResult]:
+    """One training (a row of the table, one seed): (heads, seed, result)."""
     torch.set_num_threads(args.threads)
     # One data set for every row and seed (the seed varies the model's init and batch order).
     train = make_shapes(args.train_size, "two", seed=10_000)
@@ -54,7 +54,7 @@ def run_one(heads: int, seed: int, args) -> tuple[int, int, float, float]:
                                 stem_width=STEM_WIDTH)
     result = train_classifier(model, (train.images, train.labels), (test.images, test.labels),
                               args.epochs, lr=LR, batch_size=BATCH, seed=seed)
-    return heads, seed, result.test_acc, result.seconds
+    return heads, seed, result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -66,18 +66,20 @@ def main(argv: list[str] | None = None) -> dict:
 
     jobs = [(h, seed, args) for h in HEADS for seed in range(args.seeds)]
     accs: dict[int, list[float]] = {h: [] for h in HEADS}
-    training = 0.0
-    for h, seed, acc, seconds in run_jobs(run_one, jobs, args.workers):
-        print_run(_label(h), seed, acc, seconds, width=28)
-        accs[h].append(acc)
-        training += seconds
+    training = cpu = 0.0
+    for h, seed, run in run_jobs(run_one, jobs, args.workers):
+        print_run(_label(h), seed, run.test_acc, run.seconds, width=28,
+                  cpu_seconds=run.cpu_seconds)
+        accs[h].append(run.test_acc)
+        training, cpu = training + run.seconds, cpu + run.cpu_seconds
     rows = [summarize(f"heads_{h}", _label(h), range(args.seeds), accs[h], num_heads=h,
                       head_dim=HEAD_DIM) for h in HEADS]
 
     total = time.perf_counter() - start
     print(format_table(rows, f"Square left of circle × triangle above circle (4 classes), "
                              f"test accuracy (%), {args.epochs} epochs"))
-    print(f"total {total:.0f} s wall, {training:.0f} s of training in {args.workers} worker(s)")
+    print(f"total {total:.0f} s wall, {training:.0f} s of training in {args.workers} worker(s), "
+          f"{cpu:.0f} s of CPU")
     result = {
         "experiment": "heads",
         "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
         "seconds": total,
         "training_seconds": training,
+        "cpu_seconds": cpu,
     }
     write_json(result, args.out / "heads.json")
     bar_plot(rows, args.out / "heads.png", "Two relations, one block with 2D RoPE", chance=0.25)

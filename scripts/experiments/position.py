@@ -35,7 +35,7 @@ from vitbert.experiments.report import (
     summarize,
     write_json,
 )
-from vitbert.experiments.train import train_classifier
+from vitbert.experiments.train import RunResult, train_classifier
 from vitbert.lit.callbacks import ParameterStatsCallback, plot_parameter_stats
 
 # Small on purpose: the full run (21 trainings) must fit in 15 minutes on a 2-core CPU.
@@ -61,8 +61,8 @@ ROWS = [
 ]
 
 
-def run_one(row: int, seed: int, args) -> tuple[int, int, float, float, list | None]:
-    """One training (a row of the table, one seed): (row, seed, test accuracy, seconds, stats)."""
+def run_one(row: int, seed: int, args) -> tuple[int, int, RunResult, list | None]:
+    """One training (a row of the table, one seed): (row, seed, result, stats history)."""
     torch.set_num_threads(args.threads)
     # One data set for every row and seed (the seed varies the model's init and batch order).
     train = make_shapes(args.train_size, "left", seed=10_000)
@@ -75,7 +75,7 @@ def run_one(row: int, seed: int, args) -> tuple[int, int, float, float, list | N
         model, (train.images, train.labels), (test.images, test.labels), args.epochs,
         lr=LR, batch_size=BATCH, seed=seed, lr_mult=lr_mult, stats=stats,
     )
-    return row, seed, result.test_acc, result.seconds, stats.history if stats else None
+    return row, seed, result, stats.history if stats else None
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -87,28 +87,31 @@ def main(argv: list[str] | None = None) -> dict:
 
     jobs = [(row, seed, args) for row in range(len(ROWS)) for seed in range(args.seeds)]
     results = {}
-    for row, seed, acc, seconds, history in run_jobs(run_one, jobs, args.workers):
-        print_run(ROWS[row][1], seed, acc, seconds)
-        results[row, seed] = (acc, seconds, history)
+    for row, seed, run, history in run_jobs(run_one, jobs, args.workers):
+        print_run(ROWS[row][1], seed, run.test_acc, run.seconds, cpu_seconds=run.cpu_seconds)
+        results[row, seed] = (run.test_acc, run.seconds, run.cpu_seconds, history)
 
     rows, histories = [], {}
     for row, (key, label, _, lr_mult) in enumerate(ROWS):
         runs = [results[row, seed] for seed in range(args.seeds)]
-        extra = {"seconds": sum(seconds for _, seconds, _ in runs)}
+        extra = {"seconds": sum(run[1] for run in runs),
+                 "cpu_seconds": sum(run[2] for run in runs)}
         if lr_mult:
-            history = runs[0][2]
+            history = runs[0][3]
             histories[f"{label.removeprefix('+ ')} (seed 0)"] = history
             extra |= {"lr_mult": lr_mult,
                       "bias_table_max_abs_seed0": history[-1][f"params/{BIAS_GROUP}/max_abs"]}
-        accs = [acc for acc, _, _ in runs]
+        accs = [run[0] for run in runs]
         rows.append(summarize(key, label, range(args.seeds), accs, **extra))
 
     total = time.perf_counter() - start
     title = (f"Is the square left of the circle? test accuracy (%), {args.train_size} train / "
              f"{args.test_size} test, {args.epochs} epochs")
     print(format_table(rows, title))
-    cpu = sum(r["seconds"] for r in rows)
-    print(f"total {total:.0f} s wall, {cpu:.0f} s of training in {args.workers} worker(s)")
+    training = sum(r["seconds"] for r in rows)
+    cpu = sum(r["cpu_seconds"] for r in rows)
+    print(f"total {total:.0f} s wall, {training:.0f} s of training in {args.workers} worker(s), "
+          f"{cpu:.0f} s of CPU")
     result = {
         "experiment": "position",
         "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
                    "threads": args.threads, "workers": args.workers},
         "rows": rows,
         "seconds": total,
-        "training_seconds": cpu,
+        "training_seconds": training,
+        "cpu_seconds": cpu,
     }
     write_json(result, args.out / "position.json")
     bar_plot(rows, args.out / "position.png", "Is the square left of the circle?", chance=0.5)

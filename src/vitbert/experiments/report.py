@@ -60,9 +60,12 @@ def setup(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
 
-def print_run(label: str, seed: int, test_acc: float, seconds: float, width: int = 32) -> None:
-    """One finished training, as it happens: label, seed, test accuracy, time."""
-    print(f"  {label:{width}s} seed {seed}: {100 * test_acc:5.1f}%  ({seconds:.0f} s)", flush=True)
+def print_run(label: str, seed: int, test_acc: float, seconds: float, width: int = 32,
+              cpu_seconds: float | None = None) -> None:
+    """One finished training, as it happens: label, seed, test accuracy, time (and CPU time)."""
+    cpu = f", {cpu_seconds:.0f} s CPU" if cpu_seconds is not None else ""
+    print(f"  {label:{width}s} seed {seed}: {100 * test_acc:5.1f}%  ({seconds:.0f} s{cpu})",
+          flush=True)
 
 
 def summarize(key: str, label: str, seeds: Sequence[int], accs: Sequence[float],
