@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -131,15 +132,25 @@ def main(args: list[str] | None = None) -> VitBertCLI:
         sys.exit(2)
 
 
-def _cli(args: list[str]) -> VitBertCLI:
+def _embedded_defaults() -> dict:
+    """The seed and Trainer settings of configs/default.yaml: --help shows what a run uses (the
+    model's and the data's class defaults are that file's values; tests/test_cli_defaults.py)."""
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    return {"seed_everything": config["seed_everything"], "trainer": config["trainer"]}
+
+
+def _cli(args: list[str], cli_class: type[VitBertCLI] = VitBertCLI) -> VitBertCLI:
     # The config dataclasses document each field in a docstring under it; --help shows them.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     progress = _progress()
-    return VitBertCLI(
+    embedded = _embedded_defaults()
+    return cli_class(
         MaskedLMModule,
         CaptionDataModule,
         subclass_mode_data=False,  # one data module; the source varies
+        seed_everything_default=embedded["seed_everything"],
         trainer_defaults={
+            **embedded["trainer"],
             "logger": _loggers(),
             "enable_progress_bar": progress["enable_progress_bar"],
             "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step"),
