@@ -9,7 +9,9 @@ import yaml
 from vitbert.cli import DEFAULT_CONFIG, VitBertCLI, _cli
 
 
-class _Parsers(Exception):
+class _ParsersBuiltError(Exception):
+    """Carries the CLI out once its parsers exist."""
+
     def __init__(self, cli: VitBertCLI) -> None:
         self.cli = cli
 
@@ -18,13 +20,13 @@ class _ParsersOnly(VitBertCLI):
     """Builds the real parsers, then stops before parsing anything."""
 
     def parse_arguments(self, parser, args) -> None:
-        raise _Parsers(self)
+        raise _ParsersBuiltError(self)
 
 
 @pytest.fixture(scope="module")
 def defaults() -> dict:
     """The fit subcommand's parser defaults, without --config."""
-    with pytest.raises(_Parsers) as stopped:
+    with pytest.raises(_ParsersBuiltError) as stopped:
         _cli(["fit"], cli_class=_ParsersOnly)
     return stopped.value.cli._parser("fit").get_defaults().as_dict()
 

@@ -88,6 +88,14 @@ def _progress() -> dict:
 
 
 class VitBertCLI(LightningCLI):
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):
+            # ValidationSummary prints the figures as a table of conditions × metrics instead
+            # of Lightning's one row per metric, sorted by name (--verbose true shows both).
+            parser.set_defaults(verbose=False)
+        return parser
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(

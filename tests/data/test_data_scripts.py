@@ -42,9 +42,12 @@ def test_prepare_data_prints_one_json_line(flickr_root, tmp_path, capsys):
     assert set(summary["splits"]) == {"train", "val", "test"}
 
 
-def test_prepare_data_bad_root_exits_with_the_reason(tmp_path):
-    with pytest.raises(SystemExit, match="no Flickr30k annotation file"):
+def test_prepare_data_bad_root_exits_with_the_reason(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
         _load("prepare_data").main(["--root", str(tmp_path), "--out", str(tmp_path / "c")])
+    assert exited.value.code == 2  # a user's mistake, as in every script
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {tmp_path}: no Flickr30k annotation file")
 
 
 def test_prepare_data_default_cache_is_the_one_the_flickr30k_config_reads():

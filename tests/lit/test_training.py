@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
-from skimage import data as skdata
 from tiny_run import TINY_MODEL, tiny_shapes
 
 from vitbert.cli import main
@@ -143,26 +140,8 @@ def test_bf16_mixed_training_steps_are_finite(tmp_path, monkeypatch):
     assert next(cli.model.net.parameters()).dtype == torch.float32  # weights stay fp32
 
 
-def write_karpathy_flickr(root: Path, num_images: int = 12) -> None:
-    """A miniature Flickr30k in Karpathy's format, with real photographs."""
-    photos = [skdata.astronaut(), skdata.chelsea(), skdata.coffee()]
-    (root / "flickr30k-images").mkdir(parents=True)
-    words = ["dog", "man", "grass", "street", "red", "blue", "runs", "sits", "ball", "water"]
-    images = []
-    for i in range(num_images):
-        name = f"{1000000 + i}.jpg"
-        crop = photos[i % 3][i * 9 : i * 9 + 300, i * 7 : i * 7 + 400]
-        Image.fromarray(crop).save(root / "flickr30k-images" / name, quality=85)
-        split = "val" if i % 4 == 1 else "test" if i % 4 == 2 else "train"
-        captions = [f"a {words[(i + k) % 10]} and a {words[(i * k + 3) % 10]} ." for k in range(5)]
-        images.append({"filename": name, "imgid": i, "split": split,
-                       "sentences": [{"raw": c, "tokens": c.split()} for c in captions]})
-    (root / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
-
-
-def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
+def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch, karpathy_flickr):
     monkeypatch.chdir(tmp_path)
-    write_karpathy_flickr(tmp_path / "flickr")
     config = Path(__file__).resolve().parents[2] / "configs" / "flickr30k.yaml"
     small = [
         "--model.net.image.image_size", "32", "--model.net.image.patch_size", "16",
@@ -173,7 +152,7 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
     ]
     cli = main([
         "fit", "--config", str(config), *small,
-        "--data.source.init_args.root", str(tmp_path / "flickr"),
+        "--data.source.init_args.root", str(karpathy_flickr),
         "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
         "--data.batch_size", "4", "--data.num_workers", "0",
         "--data.source.init_args.prepare_workers", "0",

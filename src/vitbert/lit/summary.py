@@ -43,10 +43,31 @@ def format_figures(figures: dict[str, float], stage: str = "val") -> str:
 
 
 class ValidationSummary(L.Callback):
-    """Prints the last validation's figures as a table when ``fit`` ends."""
+    """Prints the figures as one table: the last validation's when ``fit`` ends, and the result of
+    ``validate`` or ``test`` (which then skip Lightning's own alphabetical table, see cli.py).
+
+    The step is the one the weights were trained to: the trainer's in ``fit``, the loaded
+    checkpoint's (``pl_module.trained_steps``) in ``validate`` and ``test``.
+    """
 
     @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        figures = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-        if figures:
-            print(f"\nValidation after {trainer.global_step} steps:\n{format_figures(figures)}")
+        self._print(trainer, "val", "Validation", trainer.global_step)
+
+    @rank_zero_only
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self._print(trainer, "val", "Validation", getattr(pl_module, "trained_steps", 0))
+
+    @rank_zero_only
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._print(trainer, "test", "Test", getattr(pl_module, "trained_steps", 0))
+
+    @staticmethod
+    def _print(trainer: L.Trainer, stage: str, title: str, step: int) -> None:
+        figures = {k: float(v) for k, v in trainer.callback_metrics.items()
+                   if k.startswith(f"{stage}/")}
+        if not figures:
+            return
+        note = "" if step or trainer.state.fn == "fit" else " (untrained: no --ckpt_path given)"
+        print(f"\n{title} after {step} steps{note}:\n{format_figures(figures, stage)}")
