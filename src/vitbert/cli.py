@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 from jsonargparse import set_parsing_settings
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import LightningCLI
 
 from vitbert.cli_errors import check_ckpt_path, explain
@@ -27,7 +27,7 @@ from vitbert.data.datamodule import CaptionDataModule
 from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.progress import LogProgress
-from vitbert.lit.summary import ValidationSummary
+from vitbert.lit.summary import ParameterCount, ValidationSummary
 from vitbert.lit.writer import PredictionWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,8 +53,14 @@ def _loggers() -> list[dict]:
 UNACTIONABLE_WARNINGS = (
     "LightningCLI's args parameter is intended",  # main() passes sys.argv on, with --config added
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # inside Lightning, with a newer torch
+    # A run that stops before its first validation (--trainer.max_steps under an epoch) has no
+    # val/top5 yet; a misspelt --checkpoint.monitor still fails once a validation has run.
+    r"`ModelCheckpoint\(monitor=.*\)` could not find the monitored key",
 )
 UNACTIONABLE_LOG_LINES = ("try installing [litlogger]",)  # an advert, printed by every Trainer
+# validate / test / predict read a checkpoint written elsewhere and save none: which of the
+# checkpoint callback's records are reloaded does not matter to them.
+EVALUATION_WARNINGS = ("The dirpath has changed from",)
 
 
 class _DropLines(logging.Filter):
@@ -63,13 +69,14 @@ class _DropLines(logging.Filter):
 
 
 @contextlib.contextmanager
-def quiet_library_chatter() -> Iterator[None]:
-    """Hide :data:`UNACTIONABLE_WARNINGS` and :data:`UNACTIONABLE_LOG_LINES` while the CLI runs."""
+def quiet_library_chatter(evaluating: bool = False) -> Iterator[None]:
+    """Hide :data:`UNACTIONABLE_WARNINGS` and :data:`UNACTIONABLE_LOG_LINES` while the CLI runs
+    (and :data:`EVALUATION_WARNINGS` when ``evaluating``: not ``fit``)."""
     drop = _DropLines()
     loggers = [logging.getLogger(name) for name in ("lightning.pytorch.utilities.rank_zero",
                                                     "lightning_fabric.utilities.rank_zero")]
     with warnings.catch_warnings():
-        for text in UNACTIONABLE_WARNINGS:
+        for text in UNACTIONABLE_WARNINGS + (EVALUATION_WARNINGS if evaluating else ()):
             warnings.filterwarnings("ignore", message=text)
         for logger in loggers:
             logger.addFilter(drop)
@@ -95,6 +102,13 @@ class VitBertCLI(LightningCLI):
             # of Lightning's one row per metric, sorted by name (--verbose true shows both).
             parser.set_defaults(verbose=False)
         return parser
+
+    def instantiate_trainer(self, **kwargs):
+        trainer = super().instantiate_trainer(**kwargs)
+        # Lightning's own summary (when enabled) becomes one line without the FLOPs that read 0.
+        trainer.callbacks = [ParameterCount() if isinstance(cb, ModelSummary) else cb
+                             for cb in trainer.callbacks]
+        return trainer
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -129,7 +143,7 @@ def main(args: list[str] | None = None) -> VitBertCLI:
         # No config given: the embedded default, which runs anywhere in minutes.
         args[1:1] = ["--config", str(DEFAULT_CONFIG)]
     try:
-        with quiet_library_chatter():
+        with quiet_library_chatter(evaluating=bool(args) and args[0] in subcommands - {"fit"}):
             check_ckpt_path(args)
             return _cli(args)
     except Exception as error:

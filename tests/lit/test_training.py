@@ -17,6 +17,7 @@ from tiny_run import TINY_MODEL, tiny_shapes
 
 from vitbert.cli import main
 from vitbert.io import TOKENIZER_KEY, load_model, read_checkpoint
+from vitbert.lit.conditions import CONDITIONS
 
 
 def fit(tmp: Path, *extra: str, steps: int = 16, run: str = "run"):
@@ -258,3 +259,24 @@ def test_validate_prints_examples_at_the_checkpoints_step(trained, tmp_path, mon
         assert len(masks) == text.count("[MASK]") >= 1
         for n, line in enumerate(masks, start=1):
             assert line.startswith(f"    [MASK] {n}: truth ") and line.count("|") == 2
+
+
+@pytest.mark.parametrize("subcommand, stage, title", [("validate", "val", "Validation"),
+                                                      ("test", "test", "Test")])
+def test_validate_and_test_end_with_the_table_fit_ends_with(
+        trained, tmp_path, monkeypatch, capsys, subcommand, stage, title):
+    """Conditions as rows, metrics as columns, the checkpoint's step; not Lightning's table."""
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    cli = main([subcommand, *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--model.num_examples", "0",
+                "--trainer.enable_progress_bar", "false",
+                "--ckpt_path", str(tmp / "run" / "checkpoints" / "last.ckpt")])
+    out = capsys.readouterr().out
+    assert "DataLoader 0" not in out  # Lightning's one row per metric
+    table = out[out.index(f"{title} after 16 steps:"):].splitlines()[1:]
+    assert table[0].split()[:2] == ["loss", "top1"]
+    rows = table[2:2 + len(CONDITIONS)]
+    assert [row[:26].strip() for row in rows] == [c.description for c in CONDITIONS]
+    # The figures are this run's: the with-photo row's loss is the logged one.
+    loss = float(cli.trainer.callback_metrics[f"{stage}/loss"])
+    assert rows[0][26:].split()[0] == f"{loss:.4f}"

@@ -184,7 +184,8 @@ class LastCheckpoint(L.Callback):
     def _save(self, trainer: L.Trainer) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
-        trainer.save_checkpoint(Path(self.dirpath) / self.FILENAME)
+        # Everything, optimizer and loops included: last.ckpt is what a run resumes from.
+        trainer.save_checkpoint(Path(self.dirpath) / self.FILENAME, weights_only=False)
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         step = trainer.global_step

@@ -1,9 +1,13 @@
-"""A table of the validation figures, printed when a run ends."""
+"""What a run prints about itself: the model's size when it starts, the figures when it ends."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
+from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 from vitbert.lit.conditions import ANOTHER_PHOTO, CONDITIONS, TEXT_ONLY
 from vitbert.lit.metrics import SKIPPED, TOP_K
@@ -71,3 +75,20 @@ class ValidationSummary(L.Callback):
             return
         note = "" if step or trainer.state.fn == "fit" else " (untrained: no --ckpt_path given)"
         print(f"\n{title} after {step} steps{note}:\n{format_figures(figures, stage)}")
+
+
+class ParameterCount(ModelSummary):
+    """One line for the model's size, in place of Lightning's summary table.
+
+    Lightning's table lists the metric modules (0 parameters) and a FLOPs column and total that
+    read 0 for this module (Lightning counts FLOPs through ``example_input_array``, and a batch
+    here is a dict); ``scripts/describe_model.py`` describes the network's parts.
+    """
+
+    @staticmethod
+    def summarize(summary_data: list, total_parameters: int, trainable_parameters: int,
+                  model_size: float, total_training_modes: dict[str, int], total_flops: int,
+                  **summarize_kwargs: Any) -> None:
+        print(f"Model: {get_human_readable_count(total_parameters)} parameters "
+              f"({get_human_readable_count(trainable_parameters)} trainable, "
+              f"{model_size:.1f} MB)", flush=True)
