@@ -16,10 +16,6 @@ from __future__ import annotations
 
 import time
 
-import torch
-
-from vitbert.experiments.data import make_shapes
-from vitbert.experiments.models import AttentionClassifier
 from vitbert.experiments.report import (
     bar_plot,
     format_table,
@@ -29,7 +25,6 @@ from vitbert.experiments.report import (
     summarize,
     write_json,
 )
-from vitbert.experiments.train import train_classifier
 
 HEADS, HEAD_DIM, STEM_WIDTH = (1, 2, 4, 8), 4, 4
 LR, BATCH = 1e-3, 128
@@ -38,6 +33,13 @@ LR, BATCH = 1e-3, 128
 def main(argv: list[str] | None = None) -> dict:
     p = parser("heads", __doc__.split("\n")[0], epochs=10, seeds=2)
     args = p.parse_args(argv)
+    # torch and the models load after the arguments: --help answers at once.
+    import torch
+
+    from vitbert.experiments.data import make_shapes
+    from vitbert.experiments.models import AttentionClassifier
+    from vitbert.experiments.train import train_classifier
+
     setup(args)
     start = time.perf_counter()
 

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 def parser(name: str, description: str, epochs: int, seeds: int,
            train_size: int = 8000, test_size: int = 2000) -> argparse.ArgumentParser:
@@ -33,6 +31,8 @@ def parser(name: str, description: str, epochs: int, seeds: int,
 
 
 def setup(args: argparse.Namespace) -> None:
+    import torch  # here, not at the top: an experiment's --help stays instant
+
     torch.set_num_threads(max(args.threads, 1))
     args.out.mkdir(parents=True, exist_ok=True)
 
