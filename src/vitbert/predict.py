@@ -25,7 +25,7 @@ from torch import Tensor
 
 from vitbert.data.cache import BadImageError, decode_image, resize_center_crop, to_rgb
 from vitbert.decoding import fill, guesses
-from vitbert.io import load_model
+from vitbert.io import CheckpointError, load_model
 
 ImageLike = str | Path | Image.Image | np.ndarray | Tensor
 MASK = "[MASK]"
@@ -102,7 +102,15 @@ class FillMask:
         checkpoint or lacks its tokenizer.
         """
         device = torch.device(device) if device is not None else default_device()
-        model, tokenizer = load_model(path, map_location=device)
+        try:
+            model, tokenizer = load_model(path, map_location=device)
+        except CheckpointError:
+            raise
+        except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
+            # A file that passed the format checks but does not build a model (a hand-edited
+            # config.json, weights of another architecture): still not a usable checkpoint.
+            raise CheckpointError(f"{path}: not a loadable vitbert checkpoint "
+                                  f"({type(error).__name__}: {error})") from error
         return cls(model, tokenizer, device)
 
     # ------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
 from .cache import SPLITS, CaptionDataset, DataError
+from .features import ImageFeatures
 from .masking import MLMCollator
 from .sources import DataSource, ShapesSource
 from .tokenizer import load_tokenizer, save_tokenizer, train_wordpiece
@@ -106,6 +107,7 @@ class CaptionDataModule(L.LightningDataModule):
         self.mask_seed = mask_seed
         self._tokenizer: PreTrainedTokenizerFast | None = None
         self._datasets: dict[str, CaptionDataset] = {}
+        self._image_features: ImageFeatures | None = None
         # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
         # size (num_tokens), and Lightning refuses to log two different values under one key.
         self.save_hyperparameters(ignore=["vocab_size", "source"])
@@ -174,9 +176,15 @@ class CaptionDataModule(L.LightningDataModule):
                            whole_word=self.whole_word_masking, deterministic=deterministic,
                            seed=self.mask_seed, max_length=self.max_length)
 
+    def use_image_features(self, features: ImageFeatures | None) -> None:
+        """Loaders created from now on carry a frozen image tower's cached output tokens
+        (`vitbert.data.features`) instead of pixels; None goes back to pixels."""
+        self._image_features = features
+
     def _loader(self, split: str, train: bool) -> DataLoader:
+        dataset = self.dataset(split)
         return DataLoader(
-            self.dataset(split),
+            self._image_features.wrap(dataset) if self._image_features else dataset,
             batch_size=self.batch_size,
             shuffle=train,
             drop_last=False,

@@ -38,6 +38,7 @@ class MLMCollator:
     `images` uint8 (B, 3, S, S), `input_ids` long (B, T), `attention_mask` bool (B, T),
     `labels` long (B, T) (-100 where not a target), `content_mask` bool (B, T), `index` long (B,),
     `image_id` long (B,) (the item's cache `row`: which photo).
+    Items with `image_features` (N, D_img) instead of `image` give `image_features` (B, N, D_img).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
     """
 
@@ -125,8 +126,12 @@ class MLMCollator:
                 span = enc.word_to_chars(b, word_ids[p])
                 content_mask[b, p] = caption[span.start : span.end].lower() not in STOP_WORDS
 
+        if "image_features" in items[0]:  # a frozen tower's cached output (data.features)
+            photos = {"image_features": torch.stack([it["image_features"] for it in items])}
+        else:  # (B, 3, S, S) uint8 pixels
+            photos = {"images": torch.stack([torch.as_tensor(it["image"]) for it in items])}
         return {
-            "images": torch.stack([torch.as_tensor(it["image"]) for it in items]),  # (B, 3, S, S)
+            **photos,
             "input_ids": torch.from_numpy(input_ids),
             "attention_mask": torch.from_numpy(enc["attention_mask"].astype(bool)),
             "labels": torch.from_numpy(labels),

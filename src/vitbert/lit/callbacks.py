@@ -242,3 +242,27 @@ def format_examples(records: list[dict[str, Any]], step: int) -> str:
             lines.append(f"    [MASK] {mask['index'] + 1}: truth {mask['truth']!r:<12} "
                          + "  |  ".join(readings))
     return "\n".join(lines)
+
+
+class FrozenImageTower(L.Callback):
+    """Keeps the image tower fixed: for the first ``steps`` optimiser steps, or for the whole run.
+
+    The first lets a fresh projector and text tower settle before a pretrained tower is moved.
+    The second (``whole_run``) makes the tower a fixed function of the photo, so its output is
+    computed once per photo into the feature cache (``vitbert.data.features``) at fit start,
+    after every weight load (pretrained, fine-tune, resume), and training never runs the tower.
+    """
+
+    def __init__(self, steps: int = 0, whole_run: bool = False) -> None:
+        super().__init__()
+        self.steps, self.whole_run = steps, whole_run
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.whole_run:
+            from vitbert.data.features import attach_image_features
+
+            attach_image_features(trainer, pl_module.net)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        if self.steps and not self.whole_run:
+            pl_module.net.image_tower.requires_grad_(trainer.global_step >= self.steps)
