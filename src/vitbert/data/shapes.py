@@ -23,6 +23,7 @@ format as Flickr30k (`vitbert.data.cache`), so one dataset class reads both.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,7 @@ def build_cache(root: str | Path = DEFAULT_ROOT, image_size: int = 32, num_train
     megabytes = total * image_size**2 * 3 / 1e6
     seconds = total * SECONDS_PER_PICTURE_32 * (image_size / 32) ** 2
     print(f"generating the shapes data set into {root} ({total} pictures, {megabytes:.0f} MB; "
-          f"once, ~{max(seconds, 1):.0f} s)", flush=True)
+          f"once, ~{max(seconds, 1):.0f} s)", file=sys.stderr, flush=True)  # stdout: results
     t0 = time.perf_counter()
     cache.start_build(root)
     arr = cache.new_image_array(root, sum(counts.values()), image_size)
