@@ -86,11 +86,14 @@ data:
         assert dm.source.build_cache(16)["rebuilt"] is False  # found current: nothing decoded
 
 
-def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path):
+def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path, capsys):
     config = tmp_path / "shapes.yaml"
     config.write_text("data: {source: {class_path: vitbert.data.ShapesSource}}\n")
-    with pytest.raises(SystemExit, match="not a Flickr30kSource"):
+    with pytest.raises(SystemExit) as exited:
         _load("prepare_data").main(["--config", str(config)])
+    assert exited.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: --config {config}: data.source is not a Flickr30kSource")
 
 
 def test_bench_data_section_json(capsys):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import lightning as L
 from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.utilities import rank_zero_only
@@ -82,13 +80,16 @@ class ParameterCount(ModelSummary):
 
     Lightning's table lists the metric modules (0 parameters) and a FLOPs column and total that
     read 0 for this module (Lightning counts FLOPs through ``example_input_array``, and a batch
-    here is a dict); ``scripts/describe_model.py`` describes the network's parts.
+    here is a dict), and warns under bf16-mixed that its size estimate is wrong; this counts the
+    parameters and their bytes as stored. ``scripts/describe_model.py`` describes the parts.
     """
 
-    @staticmethod
-    def summarize(summary_data: list, total_parameters: int, trainable_parameters: int,
-                  model_size: float, total_training_modes: dict[str, int], total_flops: int,
-                  **summarize_kwargs: Any) -> None:
-        print(f"Model: {get_human_readable_count(total_parameters)} parameters "
-              f"({get_human_readable_count(trainable_parameters)} trainable, "
-              f"{model_size:.1f} MB)", flush=True)
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        params = list(pl_module.parameters())
+        total = sum(p.numel() for p in params)
+        trainable = sum(p.numel() for p in params if p.requires_grad)
+        megabytes = sum(p.numel() * p.element_size() for p in params) / 1e6
+        print(f"Model: {get_human_readable_count(total)} parameters "
+              f"({get_human_readable_count(trainable)} trainable, {megabytes:.1f} MB)", flush=True)
