@@ -1,6 +1,6 @@
 """Benchmarks, one section each; `--json` prints one JSON object with every section's figures.
 
-    python scripts/bench.py --json               # train, cuda, data, inference (< 5 min on a CPU)
+    python scripts/bench.py --json               # train, cuda, data, inference (~2 min on a CPU)
     python scripts/bench.py --sections data --json
     python scripts/bench.py --sections levers    # or --levers: each lever's before/after
     python scripts/bench.py --levers --compile   # ... including torch.compile (slow to compile)
@@ -39,9 +39,6 @@ FLOPs: analytic, 2·m·n·k per matmul (convs as im2col matmuls, attention's two
 4·B·L²·D), backward = 2 × forward; see vitbert.bench.flops. Timings are medians over alternating
 rounds; on a shared machine read them with the load averages recorded under "machine".
 --threads 0 (the default) uses 1 intra-op thread when the 1-min load is at least the core count.
-
-To add a section: write `bench_<name>(args, done) -> dict` (``done``: the figures of the sections
-already run), its options in `add_<name>_args`, and register both in SECTIONS.
 """
 
 from __future__ import annotations
@@ -316,6 +313,8 @@ def bench_epoch(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any
                            rounds=args.epoch_rounds, compile=not args.no_epoch_compile)
 
 
+# To add a section: write `bench_<name>(args, done) -> dict` (``done``: the figures of the sections
+# already run), its options in `add_<name>_args`, and register both here.
 SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]]] = {
     "train": (add_train_args, bench_train),

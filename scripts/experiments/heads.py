@@ -17,11 +17,8 @@ Writes ``heads.json`` and ``heads.png`` into ``--out``.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-import torch
-
-from vitbert.experiments.data import make_shapes
-from vitbert.experiments.models import AttentionClassifier
 from vitbert.experiments.report import (
     add_workers,
     bar_plot,
@@ -33,7 +30,9 @@ from vitbert.experiments.report import (
     summarize,
     write_json,
 )
-from vitbert.experiments.train import RunResult, train_classifier
+
+if TYPE_CHECKING:
+    from vitbert.experiments.train import RunResult
 
 HEADS, HEAD_DIM, STEM_WIDTH = (1, 2, 4, 8), 4, 4
 LR, BATCH = 1e-3, 128
@@ -45,6 +44,13 @@ def _label(heads: int) -> str:
 
 def run_one(heads: int, seed: int, args) -> tuple[int, int, RunResult]:
     """One training (a row of the table, one seed): (heads, seed, result)."""
+    # torch and the models load here, not at the top: --help answers at once.
+    import torch
+
+    from vitbert.experiments.data import make_shapes
+    from vitbert.experiments.models import AttentionClassifier
+    from vitbert.experiments.train import train_classifier
+
     torch.set_num_threads(args.threads)
     # One data set for every row and seed (the seed varies the model's init and batch order).
     train = make_shapes(args.train_size, "two", seed=10_000)

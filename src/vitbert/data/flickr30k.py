@@ -86,8 +86,9 @@ def detect(root: str | Path, fmt: str = "auto") -> tuple[str, Path]:
     """Find the annotation file: returns (format, path). Looks in root and one folder below."""
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"data root {root} is not a folder; pass --data.root / --root pointing at "
-                        f"the folder holding the Flickr30k images and annotation file")
+        raise DataError(f"data root {root} is not a folder; point --data.source.init_args.root "
+                        f"(train.py) or --root (prepare_data.py) at the folder holding the "
+                        f"Flickr30k photos and annotation file")
     wanted = FORMATS if fmt == "auto" else (fmt,)
     if fmt != "auto" and fmt not in FORMATS:
         raise DataError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")

@@ -12,8 +12,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 def parser(name: str, description: str, epochs: int, seeds: int,
            train_size: int = 8000, test_size: int = 2000) -> argparse.ArgumentParser:
@@ -56,6 +54,8 @@ def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int) -> Ite
 
 
 def setup(args: argparse.Namespace) -> None:
+    import torch  # here, not at the top: an experiment's --help stays instant
+
     torch.set_num_threads(max(args.threads, 1))
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -49,7 +49,7 @@ class MaskedLMModule(L.LightningModule):
                  vocab_size: int = 0, pad_token_id: int = 0,
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
-                 num_examples: int = 4, freeze_image_tower: bool = False) -> None:
+                 num_examples: int = 3, freeze_image_tower: bool = False) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
