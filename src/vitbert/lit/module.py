@@ -20,8 +20,10 @@ from torch import Tensor
 from vitbert.checkpoint import TOKENIZER_KEY, read_checkpoint, transfer_weights
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.lit.metrics import MaskedLMMetrics
+from vitbert.lit.objectives import seq2seq_batch
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
 from vitbert.models import VitBert, VitBertConfig, load_timm_weights
+from vitbert.models.multimodal import AttentionMode
 
 IGNORE_INDEX = -100
 
@@ -40,6 +42,8 @@ class MaskedLMModule(L.LightningModule):
         freeze_image_tower_steps: keep the image tower fixed for the first N optimiser steps
             (lets a fresh projector and text tower settle before a pretrained tower is moved).
         num_examples: example predictions printed at each validation.
+        generation_probability: the share of training batches turned into seq2seq (caption
+            generation) batches, see :mod:`vitbert.lit.objectives`; 0 trains MLM alone.
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class MaskedLMModule(L.LightningModule):
         init_from: str | None = None,
         freeze_image_tower_steps: int = 0,
         num_examples: int = 4,
+        generation_probability: float = 0.0,
     ) -> None:
         super().__init__()
         net = _as_config(net)
@@ -67,6 +72,7 @@ class MaskedLMModule(L.LightningModule):
                 "init_from": init_from,
                 "freeze_image_tower_steps": freeze_image_tower_steps,
                 "num_examples": num_examples,
+                "generation_probability": generation_probability,
             }
         )
         self.optimizer_config = optimizer
@@ -110,20 +116,27 @@ class MaskedLMModule(L.LightningModule):
     # ----------------------------------------------------------------------------------------
     # Steps
 
-    def forward(self, batch: dict[str, Tensor], images: Tensor | None) -> Tensor:
+    def forward(self, batch: dict[str, Tensor], images: Tensor | None,
+                attention_mode: AttentionMode = "bidirectional") -> Tensor:
         """Logits (M, V) at the masked positions of ``batch``, seeing ``images`` (or nothing)."""
         return self.net(
             batch["input_ids"],
             batch["attention_mask"],
             images=images,
             target_mask=batch["labels"] != IGNORE_INDEX,
+            attention_mode=attention_mode,
         )
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits = self(batch, batch["images"])  # (M, V)
+        mode: AttentionMode = "bidirectional"
+        share = self.hparams.generation_probability  # no draw at 0: MLM-only runs stay as they were
+        if share and torch.rand(()) < share:
+            batch, mode = seq2seq_batch(batch, self.tokenizer.mask_token_id), "seq2seq"
+        logits = self(batch, batch["images"], mode)  # (M, V)
         targets = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (M,)
         loss = F.cross_entropy(logits.float(), targets)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        name = "train/generation_loss" if mode == "seq2seq" else "train/loss"
+        self.log(name, loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:

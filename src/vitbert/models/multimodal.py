@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -21,10 +22,13 @@ from torch import Tensor, nn
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
 from vitbert.models.vit import build_image_tower, init_transformer_weights
-from vitbert.nn import key_padding_mask
+from vitbert.nn import key_padding_mask, seq2seq_mask
 
 WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
 TIED_KEY, TIED_SOURCE = "mlm_head.decoder.weight", "text.embeddings.word.weight"
+# Bidirectional: every token sees every token (MLM). Seq2seq: a word sees the image and the words
+# to its left (generation, Unified VLP); image tokens never see words in either.
+AttentionMode = Literal["bidirectional", "seq2seq"]
 
 
 def _retie(module: VitBert, _incompatible_keys) -> None:
@@ -91,13 +95,15 @@ class VitBert(nn.Module):
         image_mask: Tensor | None = None,
         target_mask: Tensor | None = None,
         return_attention: bool = False,
+        attention_mode: AttentionMode = "bidirectional",
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """MLM logits: (M, V) at ``target_mask`` positions, else (B, T, V) at every word.
 
         input_ids (B, T); attention_mask (B, T) True = real token; images (B, 3, S, S) or None;
         image_mask (B, N) True = visible; target_mask (B, T) True = predict here. With
         ``return_attention`` also the per-layer (B, H, L, L) weights; the first N of L are the
-        image tokens when an image is given.
+        image tokens when an image is given. ``attention_mode="seq2seq"`` lets each word see only
+        the image and the words to its left (generation); image tokens never see words in it.
         """
         words = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
@@ -109,7 +115,9 @@ class VitBert(nn.Module):
                 image_mask = keep.new_ones(keep.shape[0], N)
             words = torch.cat((image, words), dim=1)  # (B, L, D), L = N + T
             keep = torch.cat((image_mask.bool(), keep), dim=1)  # (B, L)
-        out = self.text.encoder(words, key_padding_mask(keep), return_attention=return_attention)
+        seq2seq = attention_mode == "seq2seq"
+        mask = seq2seq_mask(N, keep) if seq2seq else key_padding_mask(keep)  # (B, 1, L|1, L)
+        out = self.text.encoder(words, mask, return_attention=return_attention)
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if target_mask is not None:
