@@ -1,6 +1,6 @@
 """Benchmarks, one section each; `--json` prints one JSON object with every section's figures.
 
-    python scripts/bench.py --json               # train, cuda, data, inference (< 5 min on a CPU)
+    python scripts/bench.py --json               # train, cuda, data, inference, captions (< 5 min)
     python scripts/bench.py --sections data --json
     python scripts/bench.py --sections levers    # or --levers: each lever's before/after
     python scripts/bench.py --levers --compile   # ... including torch.compile (slow to compile)
@@ -20,6 +20,7 @@ Sections:
              --data-pipeline times the default's loader without the train section).
              --storage also times memmap vs a `datasets` Arrow table.
   inference  FillMask queries/s and latency, one query and a batch, with and without the photo.
+  captions   greedy captions/s, one image and a batch of 32, with and without the KV cache.
   cuda       bf16-mixed steps, MFU against the device's datasheet peak, torch.compile on and off;
              reports "skipped: no CUDA" without a GPU.
   levers     (not run by default; --levers) our step at the config's sizes before/after each
@@ -228,6 +229,27 @@ def bench_inference(args: argparse.Namespace, done: dict[str, Any]) -> dict[str,
     return out
 
 
+def add_captions_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("captions")
+    g.add_argument("--caption-batch-sizes", type=int, nargs="+", default=[1, 32])
+    g.add_argument("--caption-pieces", type=int, default=16, help="pieces written per caption")
+    g.add_argument("--caption-rounds", type=int, default=3)
+
+
+def bench_captions(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
+    from vitbert.bench.captions import caption_benchmark
+    from vitbert.models import VitBert
+
+    config, batches, tokenizer, _ = default_size(args.config)
+    torch.manual_seed(0)
+    pieces = min(args.caption_pieces, config.text.max_len - 1)
+    out = caption_benchmark(VitBert(config, load_pretrained=False), tokenizer,
+                            batches[0]["images"], tuple(args.caption_batch_sizes), pieces,
+                            args.caption_rounds)
+    out["model"] = "fresh model at the training config's sizes"
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # cuda
 
@@ -285,9 +307,10 @@ SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "cuda": (add_cuda_args, bench_cuda),
     "data": (add_data_args, bench_data),
     "inference": (add_inference_args, bench_inference),
+    "captions": (add_captions_args, bench_captions),
     "levers": (add_levers_args, bench_levers),
 }
-DEFAULT_SECTIONS = ["train", "cuda", "data", "inference"]
+DEFAULT_SECTIONS = ["train", "cuda", "data", "inference", "captions"]
 
 
 def choose_threads(requested: int) -> tuple[int, str]:
