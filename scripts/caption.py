@@ -32,14 +32,13 @@ nothing is printed to stdout."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--ckpt", required=True, type=Path,
-                        help="a .ckpt from scripts/train.py, or an exported folder")
+    summary = __doc__.split("\n\n")[0]
+    parser = argparse.ArgumentParser(description=summary, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", required=True, type=Path, nargs="+", metavar="PHOTO",
                         help="one or more photos (JPEG, PNG, ...), captioned as one batch")
+    parser.add_argument("--ckpt", required=True, type=Path,
+                        help="the model: a .ckpt written by scripts/train.py or an exported folder")
     parser.add_argument("--method", choices=METHODS, default=None,
                         help="default: greedy for one beam, beam for --num-beams > 1")
     parser.add_argument("--num-beams", type=int, default=1, help="beams (default 1)")
@@ -63,53 +62,50 @@ def fail(message: str) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # Cheap checks first: a wrong argument should not cost a model load.
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Cheap checks first: a wrong argument should not cost a model load."""
     for image in args.image:
         if not image.is_file():
-            return fail(f"--image {image}: no such file")
+            return f"--image {image}: no such file"
     if args.num_beams < 1:
-        return fail(f"--num-beams {args.num_beams}: use at least 1")
+        return f"--num-beams {args.num_beams}: use at least 1"
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        return fail(f"--max-new-tokens {args.max_new_tokens}: use at least 1")
-
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, args.threads))
-    try:
-        return run(args)
-    finally:
-        torch.set_num_threads(previous)  # main() may be called in-process (tests, notebooks)
+        return f"--max-new-tokens {args.max_new_tokens}: use at least 1"
+    return None
 
 
-def run(args: argparse.Namespace) -> int:
-    """Load, caption, print only once everything has succeeded."""
+def caption_photos(args: argparse.Namespace) -> tuple[list[dict], str]:
+    """Load the model and caption every photo; returns the results and a timing line."""
     from vitbert.captioner import Captioner
-    from vitbert.checkpoint import CheckpointError
-    from vitbert.data.cache import BadImageError
-    from vitbert.predict import PredictError
+    from vitbert.predict import open_checkpoint
 
     start = time.perf_counter()
-    try:
-        captioner = Captioner.from_checkpoint(args.ckpt, device=args.device)
-    except CheckpointError as error:
-        return fail(str(error))
-    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
-        return fail(f"{args.ckpt}: not a loadable vitbert checkpoint "
-                    f"({type(error).__name__}: {error})")
+    captioner = open_checkpoint(Captioner.from_checkpoint, args.ckpt, args.device)
     loaded = time.perf_counter()
-    try:
-        found = captioner([str(p) for p in args.image], num_beams=args.num_beams,
-                          method=args.method, max_new_tokens=args.max_new_tokens,
-                          length_penalty=args.length_penalty,
-                          num_return_sequences=args.num_return_sequences)
-    except (PredictError, BadImageError) as error:
-        return fail(str(error))
-    written = time.perf_counter()
-    results = [{"image": str(path), "captions": captions}
-               for path, captions in zip(args.image, found, strict=True)]
+    found = captioner([str(p) for p in args.image], num_beams=args.num_beams, method=args.method,
+                      max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty,
+                      num_return_sequences=args.num_return_sequences)
+    timing = (f"load {loaded - start:.3f} s, {len(args.image)} caption(s) "
+              f"{time.perf_counter() - loaded:.3f} s on {captioner.device}")
+    return [{"image": str(path), "captions": captions}
+            for path, captions in zip(args.image, found, strict=True)], timing
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    problem = argument_problem(args)
+    if problem is not None:
+        return fail(problem)
+
+    from vitbert.checkpoint import CheckpointError
+    from vitbert.data.cache import BadImageError
+    from vitbert.predict import PredictError, torch_threads
+
+    with torch_threads(args.threads):
+        try:
+            results, timing = caption_photos(args)
+        except (CheckpointError, PredictError, BadImageError) as error:
+            return fail(str(error))  # printed nothing yet: stdout stays empty
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -118,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
             for caption in result["captions"]:
                 print(f"  {caption['caption']}   ({caption['score']:.3f})")
     if args.timing:
-        print(f"load {loaded - start:.3f} s, {len(args.image)} caption(s) "
-              f"{written - loaded:.3f} s on {captioner.device}", file=sys.stderr)
+        print(timing, file=sys.stderr)
     return 0
 
 

@@ -154,32 +154,23 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--attention {args.attention}: the folder {args.attention.parent} does not "
                     "exist; create it first")
 
-    import torch
+    from vitbert.predict import torch_threads
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, args.threads))
-    try:
+    with torch_threads(args.threads):
         return run(args)
-    finally:
-        torch.set_num_threads(previous)  # main() may be called in-process (tests, notebooks)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load, answer, draw; print or write only once everything has succeeded."""
     from vitbert.checkpoint import CheckpointError
     from vitbert.data.cache import BadImageError
-    from vitbert.predict import FillMask, PredictError
+    from vitbert.predict import FillMask, PredictError, open_checkpoint
 
     start = time.perf_counter()
     try:
-        fm = FillMask.from_checkpoint(args.ckpt, device=args.device)
+        fm = open_checkpoint(FillMask.from_checkpoint, args.ckpt, args.device)
     except CheckpointError as error:
         return fail(str(error))
-    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
-        # A file that passed the format checks but does not build a model (a hand-edited
-        # config.json, weights of another architecture): still not a usable vitbert checkpoint.
-        return fail(f"{args.ckpt}: not a loadable vitbert checkpoint "
-                    f"({type(error).__name__}: {error})")
     loaded = time.perf_counter()
     try:
         result = fm.compare(args.text, str(args.image), top_k=args.top_k)

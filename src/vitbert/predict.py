@@ -15,15 +15,17 @@ H heads, M [MASK]s in the batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from PIL import Image
 from torch import Tensor
 
-from vitbert.checkpoint import load_model
+from vitbert.checkpoint import CheckpointError, load_model
 from vitbert.data.cache import BadImageError, decode_image, resize_center_crop, to_rgb
 
 ImageLike = str | Path | Image.Image | np.ndarray | Tensor
@@ -36,6 +38,35 @@ class PredictError(ValueError):
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+Loaded = TypeVar("Loaded")
+
+
+def open_checkpoint(factory: Callable[..., Loaded], path: str | Path,
+                    device: str | torch.device | None = None) -> Loaded:
+    """``factory(path, device=device)`` (e.g. ``FillMask.from_checkpoint``) for the scripts: a
+    file that passed the format checks but does not build a model (a hand-edited config.json,
+    weights of another architecture) is a :class:`CheckpointError` naming the path too."""
+    try:
+        return factory(path, device=device)
+    except CheckpointError:
+        raise
+    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
+        raise CheckpointError(f"{path}: not a loadable vitbert checkpoint "
+                              f"({type(error).__name__}: {error})") from error
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run with ``count`` CPU threads, then restore the previous number (a script's main() may
+    be called in-process, from tests or notebooks)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, count))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def load_image(image: ImageLike, size: int) -> Tensor:
@@ -242,4 +273,5 @@ class FillMask:
         return torch.stack(pixels).to(self.device), visible
 
 
-__all__ = ["FillMask", "ImageLike", "PredictError", "default_device", "load_image"]
+__all__ = ["FillMask", "ImageLike", "PredictError", "default_device", "load_image",
+           "open_checkpoint", "torch_threads"]

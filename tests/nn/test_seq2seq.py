@@ -2,7 +2,7 @@
 
 import torch
 
-from vitbert.nn import Encoder, KVCache, key_padding_mask, seq2seq_mask
+from vitbert.nn import BlockConfig, Encoder, KVCache, key_padding_mask, seq2seq_mask
 
 
 def test_seq2seq_mask_blocks_exactly_the_future_words():
@@ -28,7 +28,7 @@ def test_seq2seq_mask_keeps_key_padding():
 
 
 def test_cached_encoder_equals_one_pass_under_the_causal_mask():
-    encoder = Encoder(16, depth=2, num_heads=2).eval()
+    encoder = Encoder(BlockConfig(dim=16, num_heads=2), depth=2).eval()
     x = torch.randn(3, 7, 16)
     N = 2
     full = encoder(x, seq2seq_mask(N, torch.ones(3, 7, dtype=torch.bool)))
