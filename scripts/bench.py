@@ -21,6 +21,7 @@ Sections:
              --data-pipeline times the default's loader without the train section).
              --storage also times memmap vs a `datasets` Arrow table.
   inference  FillMask queries/s and latency, one query and a batch, with and without the photo.
+  captions   greedy captions/s, one image and a batch of 32, with and without the KV cache.
   cuda       bf16-mixed steps, MFU against the device's datasheet peak, torch.compile on and off;
              reports "skipped: no CUDA" without a GPU.
   levers     (not run by default; --levers) our step at the config's sizes before/after each
@@ -232,6 +233,27 @@ def bench_inference(args: argparse.Namespace, done: dict[str, Any]) -> dict[str,
     return out
 
 
+def add_captions_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("captions")
+    g.add_argument("--caption-batch-sizes", type=int, nargs="+", default=[1, 32])
+    g.add_argument("--caption-pieces", type=int, default=16, help="pieces written per caption")
+    g.add_argument("--caption-rounds", type=int, default=3)
+
+
+def bench_captions(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
+    from vitbert.bench.captions import caption_benchmark
+    from vitbert.models import VitBert
+
+    config, batches, tokenizer, _ = default_size(args.config)
+    torch.manual_seed(0)
+    pieces = min(args.caption_pieces, config.text.max_len - 1)
+    out = caption_benchmark(VitBert(config), tokenizer,
+                            batches[0]["images"], tuple(args.caption_batch_sizes), pieces,
+                            args.caption_rounds)
+    out["model"] = "fresh model at the training config's sizes"
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # cuda
 
@@ -321,6 +343,7 @@ SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "cuda": (add_cuda_args, bench_cuda),
     "data": (add_data_args, bench_data),
     "inference": (add_inference_args, bench_inference),
+    "captions": (add_captions_args, bench_captions),
     "levers": (add_levers_args, bench_levers),
     "epoch": (add_epoch_args, bench_epoch),
 }

@@ -110,14 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"--attention {args.attention}: the folder {args.attention.parent} does not "
                     "exist; create it first")
 
-    import torch
+    from vitbert.predict import torch_threads
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, args.threads))
-    try:
+    with torch_threads(args.threads):
         return run(args)
-    finally:
-        torch.set_num_threads(previous)  # main() may be called in-process (tests, notebooks)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,12 +2,12 @@
 
 ``import vitbert`` stays light (no torch); the public objects load on first use:
 
-    from vitbert import FillMask
+    from vitbert import Captioner, FillMask
 """
 
 from __future__ import annotations
 
-_LAZY = {"FillMask": "vitbert.predict"}
+_LAZY = {"FillMask": "vitbert.predict", "Captioner": "vitbert.captioner"}
 
 
 def __getattr__(name: str):
@@ -23,4 +23,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["FillMask"]
+__all__ = ["Captioner", "FillMask"]

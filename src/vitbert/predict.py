@@ -15,8 +15,10 @@ H heads, M [MASK]s in the batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -25,7 +27,7 @@ from torch import Tensor
 
 from vitbert.data.cache import BadImageError, decode_image, resize_center_crop, to_rgb
 from vitbert.decoding import fill, guesses
-from vitbert.io import CheckpointError, load_model
+from vitbert.io import load_model
 
 ImageLike = str | Path | Image.Image | np.ndarray | Tensor
 MASK = "[MASK]"
@@ -37,6 +39,21 @@ class PredictError(ValueError):
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+Loaded = TypeVar("Loaded")
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """Run with ``count`` CPU threads, then restore the previous number (a script's main() may
+    be called in-process, from tests or notebooks)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, count))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def load_image(image: ImageLike, size: int) -> Tensor:
@@ -102,15 +119,7 @@ class FillMask:
         checkpoint or lacks its tokenizer.
         """
         device = torch.device(device) if device is not None else default_device()
-        try:
-            model, tokenizer = load_model(path, map_location=device)
-        except CheckpointError:
-            raise
-        except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
-            # A file that passed the format checks but does not build a model (a hand-edited
-            # config.json, weights of another architecture): still not a usable checkpoint.
-            raise CheckpointError(f"{path}: not a loadable vitbert checkpoint "
-                                  f"({type(error).__name__}: {error})") from error
+        model, tokenizer = load_model(path, map_location=device)
         return cls(model, tokenizer, device)
 
     # ------------------------------------------------------------------------------------------
@@ -256,4 +265,5 @@ class FillMask:
         return torch.stack(pixels).to(self.device), visible
 
 
-__all__ = ["FillMask", "ImageLike", "PredictError", "default_device", "load_image"]
+__all__ = ["FillMask", "ImageLike", "PredictError", "default_device", "load_image",
+           "torch_threads"]

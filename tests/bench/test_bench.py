@@ -168,10 +168,11 @@ data:
   num_workers: 0
 """
     (tmp_path / "tiny.yaml").write_text(yaml_text)
-    argv = ["--json", "--sections", "train", "inference", "cuda", "--levers",
+    argv = ["--json", "--sections", "train", "inference", "captions", "cuda", "--levers",
             "--config", str(tmp_path / "tiny.yaml"), "--big-preset", "", "--train-rounds", "1",
             "--peak-n", "64", "--lever-rounds", "1", "--inference-rounds", "1",
-            "--inference-batch", "2", "--threads", "1"]
+            "--inference-batch", "2", "--caption-batch-sizes", "1", "4", "--caption-pieces", "4",
+            "--caption-rounds", "1", "--threads", "1"]
     threads = torch.get_num_threads()
     try:
         with torch.random.fork_rng():
@@ -187,6 +188,9 @@ data:
     for mode in ("with_photo", "text_only"):
         assert out["inference"][mode]["queries_per_s_single"] > 0
         assert out["inference"][mode]["latency_ms_median"] > 0
+    for size in (1, 4):
+        captions = out["captions"][f"batch_{size}"]
+        assert captions["cached_captions_per_s"] > 0 and captions["uncached_captions_per_s"] > 0
     if not torch.cuda.is_available():
         assert out["cuda"]["skipped"] == "no CUDA"
     levers = out["levers"]

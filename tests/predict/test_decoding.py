@@ -1,4 +1,4 @@
-"""vitbert.decoding: the one reading of guesses, shared by FillMask, predict_step and examples."""
+"""vitbert.decoding.guesses: one reading of guesses for FillMask, predict_step and examples."""
 
 from __future__ import annotations
 

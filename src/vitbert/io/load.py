@@ -28,7 +28,13 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu"):
             f"{path}: holds no tokenizer. Checkpoints written by scripts/train.py carry one; "
             f"for an exported folder, put its {TOKENIZER_FILE} beside {WEIGHTS_FILE}."
         )
-    model = build_model(VitBert, stored, map_location)
+    try:
+        model = build_model(VitBert, stored, map_location)
+    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
+        # It passed the format checks but does not build a model (a hand-edited config.json,
+        # weights of another architecture): still not a usable vitbert checkpoint.
+        raise CheckpointError(f"{path}: not a loadable vitbert checkpoint "
+                              f"({type(error).__name__}: {error})") from error
     return model.eval(), tokenizer_from_json(stored.tokenizer_json)
 
 

@@ -22,6 +22,7 @@ from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_lm_loss, masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
+from vitbert.lit.objectives import choose_objective
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
 from vitbert.models import VitBert, VitBertConfig
 
@@ -43,13 +44,17 @@ class MaskedLMModule(L.LightningModule):
             then computed once at fit start into a feature cache beside the image cache
             (`vitbert.data.features`) and training never runs the tower.
         num_examples: example predictions printed at each validation.
+        generation_probability: the share of training batches turned into seq2seq (caption
+            generation) batches, see :mod:`vitbert.lit.objectives`; 0 trains MLM alone (and
+            draws no random number, so an MLM-only run is exactly what it was before).
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, never mutated)
                  vocab_size: int = 0, pad_token_id: int = 0,
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
-                 num_examples: int = 3, freeze_image_tower: bool = False) -> None:
+                 num_examples: int = 3, freeze_image_tower: bool = False,
+                 generation_probability: float = 0.5) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -57,12 +62,10 @@ class MaskedLMModule(L.LightningModule):
         if not isinstance(optimizer, OptimizerConfig):  # a checkpoint's plain dict
             optimizer = OptimizerConfig(**optimizer)
         self.optimizer_config = optimizer
-        self.save_hyperparameters({  # plain values only: loads with weights_only=True
-            "net": net.to_dict(), "vocab_size": net.vocab_size, "pad_token_id": net.pad_token_id,
-            "optimizer": dataclasses.asdict(optimizer), "init_from": init_from,
-            "freeze_image_tower_steps": freeze_image_tower_steps, "num_examples": num_examples,
-            "freeze_image_tower": freeze_image_tower})
-        # Pretrained image weights load in setup("fit") of a fresh run only (no download else).
+        # Plain values only (a checkpoint loads with weights_only=True): the configs as dicts.
+        self.save_hyperparameters(ignore=["net", "optimizer"])
+        self.hparams.update(net=net.to_dict(), vocab_size=net.vocab_size,
+                            pad_token_id=net.pad_token_id, optimizer=dataclasses.asdict(optimizer))
         self.net = VitBert(net)
         self.net.image_tower.requires_grad_(not freeze_image_tower)
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
@@ -101,8 +104,11 @@ class MaskedLMModule(L.LightningModule):
         return masked_logits(self.net, batch, images)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        loss = masked_lm_loss(self.net, batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        share, mask_id = self.hparams.generation_probability, self.tokenizer.mask_token_id
+        batch, mode = choose_objective(batch, share, mask_id)
+        loss = masked_lm_loss(self.net, batch, mode)
+        name = "train/generation_loss" if mode == "seq2seq" else "train/loss"
+        self.log(name, loss, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:

@@ -71,7 +71,8 @@ class LogProgress(L.Callback):
         else:
             parts.append(f"step {step}")
         parts.append(f"{rate:.2f} steps/s")
-        loss = trainer.callback_metrics.get("train/loss")
-        if loss is not None:
-            parts.append(f"loss {float(loss):.4f}")
+        for key, label in (("train/loss", "loss"), ("train/generation_loss", "caption loss")):
+            value = trainer.callback_metrics.get(key)  # MLM, and the generation objective's
+            if value is not None:
+                parts.append(f"{label} {float(value):.4f}")
         print(" | ".join(parts), file=self.stream or sys.stdout, flush=True)

@@ -41,7 +41,23 @@ def format_figures(figures: dict[str, float], stage: str = "val") -> str:
     if skipped:
         lines.append(f"({skipped} captions had no other image in their batch and are not in the "
                      f"'{ANOTHER_PHOTO.description}' row)")
+    lines += format_caption_figures(figures, stage)
     return "\n".join(lines)
+
+
+def format_caption_figures(figures: dict[str, float], stage: str = "val") -> list[str]:
+    """One line each, with the photo and from no image: BLEU-4, CIDEr-D, colour and shape."""
+    lines = []
+    for suffix, description in (("", "captions, with the photo"), ("_text", "captions, no image")):
+        if f"{stage}/cider{suffix}" not in figures:
+            continue
+        line = (f"{description:<26}BLEU-4 {100 * figures[f'{stage}/bleu4{suffix}']:.1f}   "
+                f"CIDEr-D {100 * figures[f'{stage}/cider{suffix}']:.1f}")
+        if f"{stage}/colour_shape{suffix}" in figures:
+            line += (f"   colours and shapes all right "
+                     f"{100 * figures[f'{stage}/colour_shape{suffix}']:.1f}%")
+        lines.append(line)
+    return lines
 
 
 class ValidationSummary(L.Callback):

@@ -35,12 +35,15 @@ class TextEmbeddings(nn.Module):
         self.modality = nn.Embedding(2, dim)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, input_ids: Tensor) -> Tensor:
-        """(B, T) ids → (B, T) word-token embeddings (B, T, D)."""
-        T = input_ids.shape[1]
+    def forward(self, input_ids: Tensor, start: int = 0) -> Tensor:
+        """(B, T) ids → (B, T) word-token embeddings (B, T, D), numbered from ``start``.
+
+        ``start`` > 0 embeds words that continue a caption already read (cached decoding).
+        """
+        T = start + input_ids.shape[1]
         if T > self.position.num_embeddings:
             raise ValueError(f"{T} tokens exceed max_len={self.position.num_embeddings}")
-        positions = torch.arange(T, device=input_ids.device)
+        positions = torch.arange(start, T, device=input_ids.device)
         x = self.word(input_ids) + self.position(positions) + self.modality.weight[WORD]
         return self.drop(x)  # (B, T, D)
 

@@ -13,6 +13,7 @@ M masked rows are gathered *before* the V-wide vocabulary projection.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -20,7 +21,11 @@ from torch import Tensor, nn
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
 from vitbert.models.vit import build_image_tower, init_transformer_weights
-from vitbert.nn import key_padding_mask
+from vitbert.nn import key_padding_mask, seq2seq_mask
+
+# Bidirectional: every token sees every token (MLM). Seq2seq: a word sees the image and the words
+# to its left (generation, Unified VLP); image tokens never see words in either.
+AttentionMode = Literal["bidirectional", "seq2seq"]
 
 
 def _retie(module: VitBert, _incompatible_keys) -> None:
@@ -100,6 +105,7 @@ class VitBert(nn.Module):
         target_mask: Tensor | None = None,
         return_attention: bool = False,
         image_features: Tensor | None = None,
+        attention_mode: AttentionMode = "bidirectional",
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """MLM logits: (M, V) at ``target_mask`` positions, else (B, T, V) at every word.
 
@@ -107,7 +113,9 @@ class VitBert(nn.Module):
         image_mask (B, N) True = visible; target_mask (B, T) True = predict here. With
         ``return_attention`` also the per-layer (B, H, L, L) weights; the first N of L are the
         image tokens when an image is given. ``image_features`` (B, N, D_img), the image tower's
-        cached output, replaces ``images`` when the tower is frozen.
+        cached output, replaces ``images`` when the tower is frozen. ``attention_mode="seq2seq"``
+        lets each word see only the image and the words to its left (generation); image tokens
+        never see words in it.
         """
         words = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
@@ -119,7 +127,9 @@ class VitBert(nn.Module):
                 image_mask = keep.new_ones(keep.shape[0], N)
             words = torch.cat((image, words), dim=1)  # (B, L, D), L = N + T
             keep = torch.cat((image_mask.bool(), keep), dim=1)  # (B, L)
-        out = self.text.encoder(words, key_padding_mask(keep), return_attention=return_attention)
+        seq2seq = attention_mode == "seq2seq"
+        mask = seq2seq_mask(N, keep) if seq2seq else key_padding_mask(keep)  # (B, 1, L|1, L)
+        out = self.text.encoder(words, mask, return_attention=return_attention)
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if target_mask is not None:

@@ -21,8 +21,11 @@ Masks combine with :func:`combine_masks` ("blocked if any rule blocks" = logical
 
 from vitbert.nn.attention import (
     Attention,
+    KVCache,
+    LayerCache,
     combine_masks,
     key_padding_mask,
+    seq2seq_mask,
 )
 from vitbert.nn.encoder import Block, BlockConfig, Encoder
 from vitbert.nn.mlp import MLP, SwiGLU, build_mlp
@@ -41,6 +44,8 @@ __all__ = [
     "Block",
     "BlockConfig",
     "Encoder",
+    "KVCache",
+    "LayerCache",
     "LearnedPosition",
     "RelativePositionBias2D",
     "Rotary1D",
@@ -50,5 +55,6 @@ __all__ = [
     "build_mlp",
     "combine_masks",
     "key_padding_mask",
+    "seq2seq_mask",
     "sinusoidal_table",
 ]

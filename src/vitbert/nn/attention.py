@@ -24,6 +24,22 @@ def key_padding_mask(attention_mask: Tensor) -> Tensor:
     return attention_mask[:, None, None, :]
 
 
+def seq2seq_mask(num_image_tokens: int, attention_mask: Tensor) -> Tensor:
+    """Unified VLP's generation mask over [image tokens; words], AND the key padding.
+
+    Image tokens see the image tokens only; a word sees every image token and the words to its
+    left and itself, never a word to its right. ``attention_mask`` (B, L) marks the real keys
+    (visible image tokens and unpadded words), L = N + T. Returns (B, 1, L, L), True = may attend.
+    """
+    L, N = attention_mask.shape[-1], num_image_tokens
+    position = torch.arange(L, device=attention_mask.device)
+    query, key = position[:, None], position[None, :]  # (L, 1), (1, L)
+    is_image_key = key < N
+    # image rows: image keys only; word rows: image keys and words at or left of the query
+    allowed = torch.where(query < N, is_image_key, is_image_key | (key <= query))  # (L, L)
+    return combine_masks(allowed[None, None], key_padding_mask(attention_mask))  # (B, 1, L, L)
+
+
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
     """Blocked if any rule blocks: the AND of the "may attend" masks (``None`` = allow all)."""
     combined = None
@@ -32,6 +48,50 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
             continue
         combined = mask if combined is None else combined & mask
     return combined
+
+
+class LayerCache:
+    """The keys and values one attention layer has read so far: (B, H, P, Dh) each, or empty.
+
+    Decoding under the seq2seq mask appends one word at a time; no earlier token may see a later
+    one, so the keys and values of everything already read stay exact and are computed once.
+    """
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the new tokens' (B, H, L, Dh) keys and values; return all (B, H, P + L, Dh)."""
+        if self.keys is not None:
+            k, v = torch.cat((self.keys, k), dim=2), torch.cat((self.values, v), dim=2)
+        self.keys, self.values = k, v
+        return k, v
+
+
+class KVCache:
+    """One :class:`LayerCache` per block of an encoder, cropped and reordered together."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers = [LayerCache() for _ in range(num_layers)]
+
+    def __len__(self) -> int:
+        return len(self.layers[0])
+
+    def crop(self, length: int) -> None:
+        """Forget every token from position ``length`` on (a [MASK] read only to be predicted)."""
+        for layer in self.layers:
+            if layer.keys is not None:
+                layer.keys, layer.values = layer.keys[:, :, :length], layer.values[:, :, :length]
+
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (B',), in that order: beams that survive, or are copied."""
+        for layer in self.layers:
+            if layer.keys is not None:
+                layer.keys, layer.values = layer.keys[index], layer.values[index]
 
 
 class QueryKeyTransform(Protocol):
@@ -78,17 +138,26 @@ class Attention(nn.Module):
         rotary: QueryKeyTransform | None = None,
         bias: Tensor | None = None,
         need_weights: bool = False,
+        cache: LayerCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Return the attended output (B, L, D) and, when asked, the weights (B, H, L, L)."""
+        """Return the attended output (B, L, D) and, when asked, the weights (B, H, L, S).
+
+        With a ``cache`` holding P earlier tokens, ``x`` holds only the L new ones: their keys
+        and values join the cache and they attend over all S = P + L (``mask`` is then
+        (B, 1|H, L, S)). Without one, S = L.
+        """
         B, L, D = x.shape
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, L, Dh)
         if rotary is not None:
             q, k = rotary(q, k)
+        if cache is not None:
+            k, v = cache.extend(k, v)  # (B, H, S, Dh)
+        S = k.shape[2]
 
         row_is_live = None
         if mask is not None:
-            mask = mask.expand(B, -1, L, L) if mask.shape[-2] == 1 else mask
+            mask = mask.expand(B, -1, L, S) if mask.shape[-2] == 1 else mask
             row_is_live = mask.any(dim=-1, keepdim=True)  # (B, H|1, L, 1)
             mask = mask | ~row_is_live  # a dead row may attend anywhere; zeroed below
         attn_mask = mask

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from timm.layers import DropPath
 from torch import Tensor, nn
 
-from vitbert.nn.attention import Attention, QueryKeyTransform
+from vitbert.nn.attention import Attention, KVCache, LayerCache, QueryKeyTransform
 from vitbert.nn.mlp import MLPKind, build_mlp
 
 
@@ -69,13 +69,15 @@ class Block(nn.Module):
         rotary: QueryKeyTransform | None = None,
         bias: Tensor | None = None,
         need_weights: bool = False,
+        cache: LayerCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         if self.norm_first:
-            attended, weights = self.attn(self.norm1(x), mask, rotary, bias, need_weights)
+            attended, weights = self.attn(self.norm1(x), mask, rotary, bias, need_weights,
+                                          cache=cache)
             x = x + self.drop_path(attended)
             x = x + self.drop_path(self.mlp(self.norm2(x)))
         else:
-            attended, weights = self.attn(x, mask, rotary, bias, need_weights)
+            attended, weights = self.attn(x, mask, rotary, bias, need_weights, cache=cache)
             x = self.norm1(x + self.drop_path(attended))
             x = self.norm2(x + self.drop_path(self.mlp(x)))
         return x, weights
@@ -101,11 +103,16 @@ class Encoder(nn.Module):
         rotary: QueryKeyTransform | None = None,
         bias: Tensor | None = None,
         return_attention: bool = False,
+        cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """x: (B, L, D); mask: boolean, broadcastable to (B, H, L, L). Returns (B, L, D)."""
+        """x: (B, L, D); mask: boolean, broadcastable to (B, H, L, L). Returns (B, L, D).
+
+        With a ``cache`` of P earlier tokens, x holds the L new ones and mask is (B, 1, L, P + L).
+        """
         attention = []
-        for block in self.blocks:
-            x, weights = block(x, mask, rotary, bias, need_weights=return_attention)
+        layers = cache.layers if cache is not None else [None] * len(self.blocks)
+        for block, layer in zip(self.blocks, layers, strict=True):
+            x, weights = block(x, mask, rotary, bias, need_weights=return_attention, cache=layer)
             attention.append(weights)
         x = self.norm(x)
         return (x, attention) if return_attention else x

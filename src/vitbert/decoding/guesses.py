@@ -1,10 +1,10 @@
-"""Reading the model's output: the words it guesses at each [MASK]. One owner for it, here.
+"""The words the model guesses at each [MASK], read one way for every caller.
 
 Used by :class:`vitbert.predict.FillMask` (``scripts/predict.py``), the LightningModule's
 ``predict_step`` (``train.py predict``) and the example predictions printed at validation, so all
 three offer the same guesses. Scores are probabilities over the whole vocabulary (softmax of the
 logits, as in the transformers fill-mask pipeline); special tokens ([PAD], [CLS], [SEP], [MASK],
-[UNK]) are never offered. Caption decoding (greedy, beam, mask-predict) belongs here as well.
+[UNK]) are never offered. Captions are written by the sibling module `generate`.
 
 Record shape (``scripts/predict.py --json`` and ``train.py predict`` alike)::
 

@@ -1,0 +1,94 @@
+"""Write a caption for a photo: what people do with a vitbert trained to generate.
+
+    cap = Captioner.from_checkpoint("checkpoints/last.ckpt")     # or an exported folder
+    cap("photo.png", num_beams=3)
+    # [{"caption": "a small red circle left of a large blue square", "score": -0.07,
+    #   "generated_text": "a small red circle ..."}]
+
+The result has the shape of the transformers ``image-to-text`` pipeline (a list of dicts per image,
+with ``generated_text``), plus ``caption`` and ``score`` (see :mod:`vitbert.decoding.generate`).
+Greedy and beam search need a model trained with the generation objective
+(``model.generation_probability`` > 0); ``method="mask-predict"`` also writes with an MLM-only
+model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from vitbert.decoding import CaptionTokens, Generated, beam_search, greedy, mask_predict
+from vitbert.io import load_model
+from vitbert.predict import ImageLike, PredictError, default_device, load_image
+
+Method = Literal["greedy", "beam", "mask-predict"]
+METHODS: tuple[str, ...] = ("greedy", "beam", "mask-predict")
+
+
+class Captioner:
+    """Captions for photos, from a model on ``device`` in eval mode."""
+
+    def __init__(self, model, tokenizer, device: str | torch.device | None = None) -> None:
+        self.device = torch.device(device) if device is not None else default_device()
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.tokens = CaptionTokens.from_tokenizer(tokenizer)
+        self.image_size: int = model.config.image.image_size
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device | None = None
+                        ) -> Captioner:
+        """From a Lightning ``.ckpt`` or an exported folder (raises ``CheckpointError``)."""
+        device = torch.device(device) if device is not None else default_device()
+        model, tokenizer = load_model(path, map_location=device)
+        return cls(model, tokenizer, device)
+
+    def __call__(self, image: ImageLike | list[ImageLike] | None, num_beams: int = 1,
+                 method: Method | None = None, max_new_tokens: int | None = None,
+                 length_penalty: float = 1.0, num_return_sequences: int = 1) -> list:
+        """Per image, ``num_return_sequences`` dicts ``{"caption", "score", "generated_text"}``.
+
+        One image → that list; a list of images → a list of such lists, decoded as one batch.
+        ``image=None`` writes from no image at all (the text-only control). ``method`` defaults to
+        greedy for one beam and beam search for more.
+        """
+        method = method or ("beam" if num_beams > 1 else "greedy")
+        if method not in METHODS:
+            raise PredictError(f"method={method!r}: use one of {', '.join(METHODS)}")
+        if num_beams < 1:
+            raise PredictError(f"num_beams={num_beams}: use at least 1")
+        if not 1 <= num_return_sequences <= (num_beams if method == "beam" else 1):
+            raise PredictError(f"num_return_sequences={num_return_sequences}: between 1 and the "
+                               "number of beams (1 for greedy and mask-predict)")
+        single = not isinstance(image, (list, tuple))
+        images = [image] if single else list(image)
+        found = self._generate(images, method, num_beams, max_new_tokens, length_penalty,
+                               num_return_sequences)
+        results = [[self._describe(g) for g in per_image] for per_image in found]
+        return results[0] if single else results
+
+    @torch.inference_mode()
+    def _generate(self, images: list, method: str, num_beams: int, max_new_tokens: int | None,
+                  length_penalty: float, num_return_sequences: int) -> list[list[Generated]]:
+        if any(i is None for i in images) and not all(i is None for i in images):
+            raise PredictError("pass photos for all images or None for all (text-only control)")
+        pixels = None
+        if images[0] is not None:
+            pixels = torch.stack([load_image(i, self.image_size) for i in images]).to(self.device)
+        count = len(images)
+        if method == "mask-predict":
+            return [[g] for g in mask_predict(self.model, self.tokens, pixels, count)]
+        if method == "greedy":
+            return [[g] for g in greedy(self.model, self.tokens, pixels, count, max_new_tokens,
+                                        length_penalty)]
+        return beam_search(self.model, self.tokens, pixels, count, num_beams, max_new_tokens,
+                           length_penalty, num_return_sequences)
+
+    def _describe(self, generated: Generated) -> dict:
+        text = self.tokenizer.decode(generated.token_ids, skip_special_tokens=True)
+        return {"caption": text, "score": generated.score, "generated_text": text}
+
+
+__all__ = ["METHODS", "Captioner", "Method"]

@@ -1,0 +1,37 @@
+"""Reading the model's output, in one place: the words it guesses at a [MASK], and the captions it
+writes.
+
+- :mod:`vitbert.decoding.guesses`: top-k guesses at each [MASK] (special tokens never offered)
+  and the prediction records shared by ``FillMask``, ``train.py predict`` and the printed
+  validation examples.
+- :mod:`vitbert.decoding.generate`: captions, left to right under the seq2seq mask (greedy and
+  beam search, with a key/value cache) or by Mask-Predict from an MLM-only model.
+"""
+
+from vitbert.decoding.generate import CaptionTokens, Generated, beam_search, greedy, mask_predict
+from vitbert.decoding.guesses import (
+    Guess,
+    fill,
+    guesses,
+    masked_text,
+    prediction_records,
+    show_targets_as_mask,
+    special_token_ids,
+    top_k,
+)
+
+__all__ = [
+    "CaptionTokens",
+    "Generated",
+    "Guess",
+    "beam_search",
+    "fill",
+    "greedy",
+    "guesses",
+    "mask_predict",
+    "masked_text",
+    "prediction_records",
+    "show_targets_as_mask",
+    "special_token_ids",
+    "top_k",
+]

@@ -1,0 +1,80 @@
+"""Decoding: the cache changes nothing, one beam is greedy, Mask-Predict fills every [MASK]."""
+
+import pytest
+import torch
+
+from vitbert.decoding import CaptionTokens, beam_search, greedy, mask_predict
+from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
+
+TOKENS = CaptionTokens(cls=2, sep=3, mask=4, banned=(0, 1, 2, 4))
+
+
+@pytest.fixture
+def model():
+    image = ImageTowerConfig(kind="vit", image_size=16, patch_size=8, dim=32, depth=1,
+                             num_heads=2)
+    text = TextTowerConfig(dim=24, depth=2, num_heads=2, max_len=12)
+    net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30)).eval()
+    with torch.no_grad():
+        # Large random weights: pieces that depend on the image and on the words written, not a
+        # near-uniform guess; a [SEP] bias that ends captions at different lengths.
+        for param in net.parameters():
+            if param.ndim > 1:
+                param.normal_(0.0, 0.3)
+        net.mlm_head.decoder.bias.zero_()
+        net.mlm_head.decoder.bias[TOKENS.sep] = 2.0
+    return net
+
+
+@pytest.fixture
+def images():
+    return torch.randint(0, 256, (5, 3, 16, 16), dtype=torch.uint8)
+
+
+def test_cached_and_uncached_greedy_write_the_same_pieces(model, images):
+    cached = greedy(model, TOKENS, images, use_cache=True)
+    uncached = greedy(model, TOKENS, images, use_cache=False)
+    assert [g.token_ids for g in cached] == [g.token_ids for g in uncached]
+    assert [g.score for g in cached] == pytest.approx([g.score for g in uncached], abs=1e-4)
+    assert len({len(g.token_ids) for g in cached}) > 1  # rows ended at different steps
+
+
+def test_cached_and_uncached_beams_agree_and_text_only_works(model, images):
+    for kwargs in ({"images": images}, {"images": None, "num_captions": 2}):
+        cached = beam_search(model, TOKENS, num_beams=3, num_return_sequences=3, **kwargs)
+        uncached = beam_search(model, TOKENS, num_beams=3, num_return_sequences=3,
+                               use_cache=False, **kwargs)
+        assert [[g.token_ids for g in b] for b in cached] == \
+               [[g.token_ids for g in b] for b in uncached]
+
+
+def test_one_beam_is_greedy(model, images):
+    by_greedy = greedy(model, TOKENS, images, length_penalty=0.7)
+    by_beam = beam_search(model, TOKENS, images, num_beams=1, length_penalty=0.7)
+    assert [g.token_ids for g in by_greedy] == [b[0].token_ids for b in by_beam]
+    assert [g.score for g in by_greedy] == pytest.approx([b[0].score for b in by_beam],
+                                                          abs=1e-5)
+
+
+def test_beam_search_finds_at_least_greedys_sequence_score(model, images):
+    # Beam search keeps greedy's path among its candidates, so its best raw sum of
+    # log-probabilities (length_penalty=0) is never worse.
+    by_greedy = greedy(model, TOKENS, images, length_penalty=0.0)
+    by_beam = beam_search(model, TOKENS, images, num_beams=4, length_penalty=0.0)
+    for g, b in zip(by_greedy, by_beam, strict=True):
+        assert b[0].score >= g.score - 1e-5
+
+
+def test_captions_hold_no_special_piece_and_fit_the_positions(model, images):
+    for found in greedy(model, TOKENS, images, max_new_tokens=50):
+        assert 1 <= len(found.token_ids) <= 11  # max_len 12: [CLS] + pieces, [MASK] after
+        assert not set(found.token_ids) & {0, 1, 2, 3, 4}
+
+
+def test_mask_predict_fills_every_mask(model, images):
+    found = mask_predict(model, TOKENS, images, lengths=(3, 5, 30), iterations=4)
+    assert len(found) == len(images)
+    for g in found:
+        assert len(g.token_ids) in (3, 5, 10)  # 30 is cut to what the positions hold
+        assert TOKENS.mask not in g.token_ids
+        assert not set(g.token_ids) & {0, 1, 2, 3, 4}

@@ -1,0 +1,76 @@
+"""Caption figures in training: grouped references, logged keys, and MLM-only runs untouched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny_run import TINY_MODEL, tiny_shapes
+
+from vitbert.cli import main
+from vitbert.data.tokenizer import train_wordpiece
+from vitbert.lit.captioning import caption_figures, images_and_references
+from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
+
+CAPTIONS = ["a small red circle left of a large blue square",
+            "there is a large red circle right of a small blue square",
+            "a small green cross above a large yellow triangle"]
+
+
+class FakeDataset:
+    """What CaptionEvaluation reads of a CaptionDataset: rows, captions, items with an image."""
+
+    def __init__(self, rows: list[int], captions: list[str]) -> None:
+        self.rows, self.captions = np.array(rows), captions
+
+    def __getitem__(self, i: int) -> dict:
+        return {"image": torch.full((3, 16, 16), self.rows[i] * 40, dtype=torch.uint8)}
+
+
+def test_references_are_every_caption_of_an_image():
+    data = FakeDataset([5, 5, 7, 9, 9, 9], ["a", "b", "c", "d", "e", "f"])
+    rows, firsts, references = images_and_references(data)
+    assert rows == [5, 7, 9] and firsts == [0, 2, 3]
+    assert references == [["a", "b"], ["c"], ["d", "e", "f"]]
+    sample = images_and_references(data, limit=2)
+    assert sample == images_and_references(data, limit=2)  # the same images every time
+    assert len(sample[0]) == 2 and set(sample[0]) <= {5, 7, 9}
+
+
+def test_caption_figures_with_and_without_the_image():
+    tokenizer = train_wordpiece(CAPTIONS * 5, vocab_size=100, min_frequency=1)
+    image = ImageTowerConfig(kind="vit", image_size=16, patch_size=8, dim=16, depth=1,
+                             num_heads=2)
+    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=16)
+    net = VitBert(VitBertConfig(image=image, text=text, vocab_size=len(tokenizer))).train()
+    figures = caption_figures(net, tokenizer, FakeDataset([0, 1, 1, 2], CAPTIONS + CAPTIONS[:1]))
+    assert set(figures) == {f"{k}{s}" for k in ("bleu4", "cider", "colour_shape")
+                            for s in ("", "_text")}
+    assert all(0.0 <= v for v in figures.values())
+    assert net.training  # put back as it was
+
+
+def fit(tmp: Path, *extra: str):
+    return main(["fit", *TINY_MODEL, *tiny_shapes(tmp / "shapes", num_train=128),
+                 "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",
+                 "--trainer.log_every_n_steps", "1", "--trainer.enable_progress_bar", "false",
+                 "--trainer.default_root_dir", str(tmp), "--checkpoint.dirpath",
+                 str(tmp / "checkpoints"), "--model.num_examples", "0", *extra])
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_caption_figures_are_logged_only_for_generation_runs(share, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = fit(tmp_path, "--model.generation_probability", str(share),
+              "--captions.num_images", "16")
+    logged = set(cli.trainer.callback_metrics)
+    caption_keys = {"val/bleu4", "val/cider", "val/colour_shape", "val/bleu4_text",
+                    "val/cider_text", "val/colour_shape_text"}
+    if share:
+        assert caption_keys <= logged and "train/generation_loss" in logged
+        assert "train/loss" not in logged  # every batch was a generation batch
+    else:  # an MLM-only run is as it was: no caption figures, no generation batches
+        assert not caption_keys & logged and "train/generation_loss" not in logged
+        assert "train/loss" in logged

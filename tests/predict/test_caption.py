@@ -1,0 +1,117 @@
+"""Captioner and scripts/caption.py: the pipeline's result shape, the JSON schema, exit code 2.
+
+The tiny model of ``conftest.trained`` has taken one step, so its captions are nonsense: these
+tests check shapes, plumbing and errors (what decoding writes is tested in tests/generate).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "caption.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("caption_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+script = _load_script()
+
+
+@pytest.fixture(scope="module")
+def captioner(trained):
+    from vitbert import Captioner
+
+    return Captioner.from_checkpoint(trained.ckpt, device="cpu")
+
+
+def test_one_image_gives_the_pipeline_shape(captioner, trained):
+    result = captioner(trained.photo, num_beams=3)
+    assert isinstance(result, list) and len(result) == 1
+    (caption,) = result
+    assert set(caption) == {"caption", "score", "generated_text"}
+    assert caption["caption"] == caption["generated_text"] and caption["caption"]
+    assert "[" not in caption["caption"]  # no [SEP], [MASK], ... in a caption
+    assert isinstance(caption["score"], float) and caption["score"] <= 0.0
+
+
+def test_a_list_of_images_is_one_batch_with_per_image_results(captioner, trained):
+    photos = [trained.photo, trained.photo_wide, str(trained.photo)]
+    for method in ("greedy", "beam", "mask-predict"):
+        results = captioner(photos, num_beams=2, method=method)
+        assert len(results) == 3 and all(len(r) == 1 for r in results)
+        assert results[0] == results[2]  # the same photo, as a path or a string
+    beams = captioner(trained.photo, num_beams=3, num_return_sequences=3)
+    assert len(beams) == 3
+    assert [b["score"] for b in beams] == sorted((b["score"] for b in beams), reverse=True)
+
+
+def test_exported_folder_writes_the_same_caption(captioner, trained):
+    from vitbert import Captioner
+
+    exported = Captioner.from_checkpoint(trained.exported, device="cpu")
+    assert exported(trained.photo) == captioner(trained.photo)
+
+
+def test_bad_arguments_are_clear_errors(captioner, trained):
+    from vitbert.predict import PredictError
+
+    with pytest.raises(PredictError, match="method"):
+        captioner(trained.photo, method="sample")
+    with pytest.raises(PredictError, match="num_return_sequences"):
+        captioner(trained.photo, num_beams=2, num_return_sequences=3)
+    with pytest.raises(PredictError, match="None for all"):
+        captioner([trained.photo, None])
+
+
+def test_cli_json_schema(trained, capsys):
+    code = script.main(["--ckpt", str(trained.ckpt), "--image", str(trained.photo),
+                        str(trained.photo_wide), "--num-beams", "2", "--num-return-sequences",
+                        "2", "--json"])
+    assert code == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [r["image"] for r in results] == [str(trained.photo), str(trained.photo_wide)]
+    for result in results:
+        assert set(result) == {"image", "captions"} and len(result["captions"]) == 2
+        for caption in result["captions"]:
+            assert set(caption) == {"caption", "score", "generated_text"}
+
+
+@pytest.mark.parametrize("case", ["missing_image", "unreadable_image", "not_a_checkpoint",
+                                  "no_tokenizer", "beams", "return_sequences"])
+def test_cli_errors_exit_2_with_one_line(case, trained, tmp_path, capsys, unreadable_image,
+                                         not_a_checkpoint, no_tokenizer_ckpt):
+    argv = {
+        "missing_image": ["--ckpt", str(trained.ckpt), "--image", str(tmp_path / "no.png")],
+        "unreadable_image": ["--ckpt", str(trained.ckpt), "--image", str(unreadable_image)],
+        "not_a_checkpoint": ["--ckpt", str(not_a_checkpoint), "--image", str(trained.photo)],
+        "no_tokenizer": ["--ckpt", str(no_tokenizer_ckpt), "--image", str(trained.photo)],
+        "beams": ["--ckpt", str(trained.ckpt), "--image", str(trained.photo), "--num-beams",
+                  "0"],
+        "return_sequences": ["--ckpt", str(trained.ckpt), "--image", str(trained.photo),
+                             "--num-return-sequences", "2"],
+    }[case]
+    assert script.main([*argv, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+
+
+def test_script_runs_for_real(trained):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--ckpt", str(trained.exported),
+                             "--image", str(trained.photo), "--method", "mask-predict"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == str(trained.photo)
