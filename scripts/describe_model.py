@@ -83,7 +83,7 @@ def tree(model: nn.Module, max_depth: int = 4) -> list[str]:
 
 def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
     with torch.device("meta"):
-        model = VitBert(config, load_pretrained=False)
+        model = VitBert(config)
     image, text = config.image, config.text
     total = sum(p.numel() for p in model.parameters())
     header = [

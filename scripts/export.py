@@ -2,7 +2,7 @@
 """Turn a training checkpoint into a shareable folder: safetensors weights, config, tokenizer.
 
 The folder needs neither Lightning nor pickle to load (``FillMask.from_checkpoint(folder)``,
-``vitbert.checkpoint.load_model(folder)``) and can be given to ``--model.init_from`` to fine-tune.
+``vitbert.io.load_model(folder)``) and can be given to ``--model.init_from`` to fine-tune.
 
     python scripts/export.py --ckpt checkpoints/last.ckpt --out exported/
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitbert.checkpoint import CheckpointError, export
+from vitbert.io import CheckpointError, export
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Load, answer, draw; print or write only once everything has succeeded."""
-    from vitbert.checkpoint import CheckpointError
     from vitbert.data.cache import BadImageError
+    from vitbert.io import CheckpointError
     from vitbert.predict import FillMask, PredictError
 
     start = time.perf_counter()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from vitbert.checkpoint import CheckpointError
 from vitbert.data.cache import DataError
+from vitbert.io import CheckpointError
 from vitbert.predict import PredictError
 
 # Errors whose message is already the one line a user needs.

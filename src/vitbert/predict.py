@@ -23,8 +23,8 @@ import torch
 from PIL import Image
 from torch import Tensor
 
-from vitbert.checkpoint import load_model
 from vitbert.data.cache import BadImageError, decode_image, resize_center_crop, to_rgb
+from vitbert.io import load_model
 
 ImageLike = str | Path | Image.Image | np.ndarray | Tensor
 MASK = "[MASK]"
@@ -98,7 +98,7 @@ class FillMask:
                         ) -> FillMask:
         """From a Lightning ``.ckpt`` or an exported folder; CUDA when there is one, else CPU.
 
-        Raises :class:`vitbert.checkpoint.CheckpointError` for anything that is not a vitbert
+        Raises :class:`vitbert.io.CheckpointError` for anything that is not a vitbert
         checkpoint or lacks its tokenizer.
         """
         device = torch.device(device) if device is not None else default_device()

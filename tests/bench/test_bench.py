@@ -63,7 +63,7 @@ def test_block_hand_count():
 @pytest.mark.parametrize("masked_only", [True, False])
 def test_model_flops_match_torch_counter(image_tokens, masked_only):
     config = tiny_config(image_tokens=image_tokens)
-    model = VitBert(config, load_pretrained=False)
+    model = VitBert(config)
     batch = synthetic_batches(config, 3, n_batches=1, mean_len=7)[0]
     target = batch["labels"] != -100
     T, M = batch["input_ids"].shape[1], int(target.sum())
@@ -79,7 +79,7 @@ def test_vit_kind_flops_match_torch_counter():
         "image": {"kind": "vit", "image_size": 32, "patch_size": 8, "dim": 16, "depth": 1,
                   "num_heads": 2, "class_token": True, "pool": "cls"},
         "text": {"dim": 16, "depth": 1, "num_heads": 2, "max_len": 8}, "vocab_size": 30})
-    model = VitBert(config, load_pretrained=False)
+    model = VitBert(config)
     batch = synthetic_batches(config, 2, n_batches=1, mean_len=5)[0]
     target = batch["labels"] != -100
     f = flops.vitbert_step_flops(config, 2, batch["input_ids"].shape[1], int(target.sum()))
@@ -123,7 +123,7 @@ def test_lever_variants_compute_the_same():
 
 def test_fixed_padding_keeps_the_loss():
     config = tiny_config()
-    model = VitBert(config, load_pretrained=False).eval()
+    model = VitBert(config).eval()
     batch = synthetic_batches(config, 2, n_batches=1, mean_len=5)[0]
     padded = pad_batches([batch], 12)[0]
     assert padded["input_ids"].shape[1] == 12

@@ -17,8 +17,8 @@ from PIL import Image
 from skimage import data as skdata
 from tiny_run import TINY_MODEL, tiny_shapes
 
-from vitbert.checkpoint import TOKENIZER_KEY, load_model, read_checkpoint
 from vitbert.cli import main
+from vitbert.io import TOKENIZER_KEY, load_model, read_checkpoint
 
 
 def fit(tmp: Path, *extra: str, steps: int = 16, run: str = "run"):
@@ -187,7 +187,7 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
 def test_transfer_resamples_image_positions_and_extends_text_positions():
     from dataclasses import replace
 
-    from vitbert.checkpoint import StoredModel, transfer_weights
+    from vitbert.io import StoredModel, transfer_weights
     from vitbert.models import VitBert, VitBertConfig
 
     small = VitBertConfig.from_dict({"vocab_size": 50, "image": {"image_size": 32, "dim": 32,

@@ -19,7 +19,7 @@ def test_describe_counts_the_tied_matrix_once(capsys):
     _script().main(["default", "flickr30k_hybrid"])
     out = capsys.readouterr().out
     with torch.device("meta"):
-        total = sum(p.numel() for p in VitBert(preset("default"), load_pretrained=False)
+        total = sum(p.numel() for p in VitBert(preset("default"))
                     .parameters())
     assert f"{total:,}" in out
     assert "decoder" in out and "Linear (tied)" in out

@@ -52,7 +52,7 @@ def test_save_pretrained_round_trip(tmp_path, model, batch):
 def test_from_pretrained_never_loads_timm_weights(tmp_path, tiny_config):
     config = tiny_config()
     config.image = dataclasses.replace(config.image, pretrained=str(tmp_path / "absent.pth"))
-    VitBert(config, load_pretrained=False).save_pretrained(tmp_path / "m")
+    VitBert(config).save_pretrained(tmp_path / "m")
     loaded = VitBert.from_pretrained(tmp_path / "m")  # would raise FileNotFoundError otherwise
     assert loaded.config.image.pretrained.endswith("absent.pth")
 
@@ -129,9 +129,12 @@ def test_text_only_input_too_long_is_an_error(model):
         model(ids, torch.ones_like(ids, dtype=torch.bool))
 
 
-def test_pretrained_file_in_the_config_is_loaded(tmp_path, tiny_config):
-    """config.image.pretrained = a local timm-layout file: the tower starts from it."""
-    source = VitBert(tiny_config(), load_pretrained=False).image_tower
+def test_pretrained_file_in_the_config_is_loaded_by_initialize_not_the_constructor(
+        tmp_path, tiny_config):
+    """config.image.pretrained = a local timm-layout file: a fresh run's start loads it."""
+    from vitbert.io import initialize
+
+    source = VitBert(tiny_config()).image_tower
     timm_layout = {
         k.removeprefix("encoder.").replace("pos_embed.weight", "pos_embed"): v
         for k, v in source.state_dict().items()
@@ -140,5 +143,9 @@ def test_pretrained_file_in_the_config_is_loaded(tmp_path, tiny_config):
     config = tiny_config()
     config.image = dataclasses.replace(config.image, pretrained=str(tmp_path / "tower.pth"))
     model = VitBert(config)
+    key = "patch_embed.proj.weight"
+    assert not torch.equal(model.image_tower.state_dict()[key], source.state_dict()[key])
+    report = initialize(model)
+    assert "tower.pth" in report
     for key, value in source.state_dict().items():
         assert torch.equal(model.image_tower.state_dict()[key], value), key

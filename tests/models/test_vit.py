@@ -3,14 +3,14 @@
 import pytest
 import torch
 
-from vitbert.models import ImageTowerConfig, build_image_tower, load_timm_weights
-from vitbert.models.weights import resample_pos_embed
+from vitbert.io import CheckpointError, TransferReport, load_image_weights
+from vitbert.models import ImageTowerConfig, build_image_tower
 
 timm = pytest.importorskip("timm")
 
 
 def _tower(**kw):
-    return build_image_tower(ImageTowerConfig(**kw), load_pretrained=False).eval()
+    return build_image_tower(ImageTowerConfig(**kw)).eval()
 
 
 def _assert_same_features(ours, theirs, image_size, atol=1e-5):
@@ -30,9 +30,9 @@ def test_vit_tiny_matches_timm():
     theirs = _timm("vit_tiny_patch16_224", img_size=64, depth=3)
     ours = _tower(kind="vit", image_size=64, patch_size=16, dim=192, depth=3, num_heads=3,
                   class_token=True, pool="cls")
-    report = load_timm_weights(ours, theirs.state_dict())
+    report = load_image_weights(ours, theirs.state_dict())
     assert report.missing == []
-    assert {k.split(".")[0] for k in report.unexpected} == {"head"}
+    assert {k.split(".")[0] for k in report.skipped} == {"head"}
     _assert_same_features(ours, theirs, 64)
 
 
@@ -42,7 +42,7 @@ def test_hybrid_stem_only_matches_timm():
     ours = _tower(kind="hybrid", image_size=64, patch_size=8, hybrid_layers=(), dim=192,
                   depth=2, num_heads=3, class_token=True, pool="cls")
     assert ours.grid_size == tuple(theirs.patch_embed.grid_size)
-    report = load_timm_weights(ours, theirs.state_dict())
+    report = load_image_weights(ours, theirs.state_dict())
     assert report.missing == []
     _assert_same_features(ours, theirs, 64)
 
@@ -53,7 +53,7 @@ def test_hybrid_r50_stages_match_timm():
     ours = _tower(kind="hybrid", image_size=64, patch_size=1, hybrid_layers=(3, 4, 9), dim=64,
                   depth=1, num_heads=2, class_token=True, pool="cls")
     assert ours.grid_size == (4, 4)
-    report = load_timm_weights(ours, theirs.state_dict())
+    report = load_image_weights(ours, theirs.state_dict())
     assert report.missing == []
     _assert_same_features(ours, theirs, 64, atol=1e-4)
 
@@ -71,13 +71,12 @@ def test_base_size_mapping_covers_every_tensor(name, image):
         theirs = timm.create_model(name, pretrained=False)
         ours = build_image_tower(
             ImageTowerConfig(image_size=224, dim=768, depth=12, num_heads=12, class_token=True,
-                             pool="cls", **image),
-            load_pretrained=False,
+                             pool="cls", **image)
         )
-    report = load_timm_weights(ours, theirs.state_dict())
+    report = load_image_weights(ours, theirs.state_dict())
     assert report.missing == []
-    assert all(key.startswith("head.") for key in report.unexpected)  # the classifier only
-    assert len(report.mapped) == len(ours.state_dict())
+    assert all(key.startswith("head.") for key in report.skipped)  # the classifier only
+    assert len(report.copied) == len(ours.state_dict())
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +96,7 @@ def test_load_from_safetensors_file(tmp_path, tiny_timm):
     save_file({k: v.contiguous() for k, v in tiny_timm.state_dict().items()},
               tmp_path / "vit.safetensors")
     ours = _tiny_tower()
-    report = load_timm_weights(ours, tmp_path / "vit.safetensors")
+    report = load_image_weights(ours, tmp_path / "vit.safetensors")
     assert report.missing == [] and "vit.safetensors" in str(report)
     _assert_same_features(ours, tiny_timm, 32)
 
@@ -106,42 +105,63 @@ def test_load_from_nested_pth_file(tmp_path, tiny_timm):
     state = {f"module.{k}": v for k, v in tiny_timm.state_dict().items()}
     torch.save({"epoch": 3, "state_dict": state}, tmp_path / "vit.pth")
     ours = _tiny_tower()
-    report = load_timm_weights(ours, str(tmp_path / "vit.pth"))
+    report = load_image_weights(ours, str(tmp_path / "vit.pth"))
     assert report.missing == []
     _assert_same_features(ours, tiny_timm, 32)
 
 
 def test_missing_file_is_an_error_not_a_download(tmp_path):
     with pytest.raises(FileNotFoundError):
-        load_timm_weights(_tiny_tower(), tmp_path / "absent.safetensors")
+        load_image_weights(_tiny_tower(), tmp_path / "absent.safetensors")
+
+
+def test_weight_file_whose_pickle_runs_code_is_refused(tmp_path):
+    import os
+
+    class Payload:
+        def __reduce__(self):
+            return os.mkdir, (str(tmp_path / "ran"),)
+
+    torch.save({"pos_embed": torch.zeros(1, 5, 192), "x": Payload()}, tmp_path / "evil.pth")
+    with pytest.raises(CheckpointError, match=r"evil\.pth: refused"):
+        load_image_weights(_tiny_tower(), tmp_path / "evil.pth")
+    assert not (tmp_path / "ran").exists()
 
 
 def test_wrong_width_raises_before_writing(tiny_timm):
     ours = _tiny_tower(dim=96)
     before = ours.encoder.norm.weight.clone()
     with pytest.raises(ValueError, match="do not fit"):
-        load_timm_weights(ours, tiny_timm.state_dict())
+        load_image_weights(ours, tiny_timm.state_dict())
     assert torch.equal(ours.encoder.norm.weight, before)
 
 
 def test_pos_embed_resampled_on_load_and_class_token_dropped(tiny_timm):
     """A 2×2-grid checkpoint into a mean-pooled 4×4 tower: table resampled, cls row dropped."""
     ours = _tiny_tower(image_size=64, class_token=False, pool="mean")
-    report = load_timm_weights(ours, tiny_timm.state_dict())
-    assert "cls_token" in report.unexpected
-    assert any("resampled from 2×2 to 4×4" in note for note in report.notes)
-    expected = resample_pos_embed(tiny_timm.pos_embed[:, 1:].detach(), (2, 2), (4, 4))
-    torch.testing.assert_close(ours.pos_embed.weight, expected)
+    report = load_image_weights(ours, tiny_timm.state_dict())
+    assert isinstance(report, TransferReport)
+    assert "cls_token (not in this model)" in report.skipped
+    assert "pos_embed.weight (resampled from 2×2 to 4×4)" in report.resized
+    assert any("class-token position dropped" in note for note in report.notes)
+    # Independent reference: the 2×2 grid (class row removed) interpolated bicubically.
+    grid = tiny_timm.pos_embed[:, 1:].detach().reshape(1, 2, 2, 192).permute(0, 3, 1, 2)
+    expected = torch.nn.functional.interpolate(grid, size=(4, 4), mode="bicubic",
+                                               align_corners=False, antialias=True)
+    torch.testing.assert_close(ours.pos_embed.weight, expected.permute(0, 2, 3, 1).reshape(1, 16,
+                                                                                          192))
 
 
-def test_resample_identity_and_smoothness():
-    table = torch.randn(1, 9, 8)
-    assert resample_pos_embed(table, (3, 3), (3, 3)) is table
-    # A table that is linear in (row, col) stays close to linear when upsampled.
+def test_on_the_fly_positions_are_smooth():
+    """A table linear in (row, col) stays monotone when the tower reads a larger image."""
+    tower = _tower(kind="vit", image_size=24, patch_size=8, dim=8, depth=1, num_heads=2)
     r, c = torch.meshgrid(torch.arange(3.0), torch.arange(3.0), indexing="ij")
-    linear = (r + 2 * c).reshape(1, 9, 1)
-    up = resample_pos_embed(linear, (3, 3), (6, 6)).reshape(6, 6)
+    with torch.no_grad():
+        tower.pos_embed.weight.copy_((r + 2 * c).reshape(1, 9, 1).expand(1, 9, 8))
+    assert tower.positions((3, 3)) is tower.pos_embed.weight
+    up = tower.positions((6, 6))[0, :, 0].reshape(6, 6)
     assert (up[:, 1:] >= up[:, :-1] - 1e-4).all() and (up[1:] >= up[:-1] - 1e-4).all()
+    assert up[0, 0] < up[-1, -1]
 
 
 def test_other_input_size_resamples_positions_on_the_fly():
@@ -177,7 +197,7 @@ def test_load_by_timm_name_goes_through_create_model(monkeypatch):
     monkeypatch.setattr(timm, "create_model", fake_create_model)
     ours = _tiny_tower()
     ours.pixel_mean.fill_(0.45)  # as if the config said ImageNet statistics
-    report = load_timm_weights(ours, "vit_tiny_patch16_224.augreg_in21k")
+    report = load_image_weights(ours, "vit_tiny_patch16_224.augreg_in21k")
     assert calls == [("vit_tiny_patch16_224.augreg_in21k", True)]
     assert report.missing == [] and report.source == "timm:vit_tiny_patch16_224.augreg_in21k"
     assert any("pixel mean" in note for note in report.notes)

@@ -51,8 +51,8 @@ def data_args(root: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory) -> Trained:
-    from vitbert.checkpoint import TOKENIZER_FILE, export, load_model
     from vitbert.cli import main
+    from vitbert.io import TOKENIZER_FILE, export, load_model
     from vitbert.models import VitBert
 
     root = tmp_path_factory.mktemp("predict")
@@ -68,7 +68,7 @@ def trained(tmp_path_factory) -> Trained:
     config = model.config
     config.image_tokens = "pooled"
     pooled = root / "pooled"
-    VitBert(config, load_pretrained=False).save_pretrained(pooled)
+    VitBert(config).save_pretrained(pooled)
     shutil.copy(exported / TOKENIZER_FILE, pooled / TOKENIZER_FILE)
 
     images = np.load(root / "shapes" / "images.npy", mmap_mode="r")
@@ -98,7 +98,7 @@ def fill_mask(trained):
 @pytest.fixture
 def no_tokenizer_ckpt(trained, tmp_path) -> Path:
     """The trained checkpoint with its tokenizer taken out."""
-    from vitbert.checkpoint import TOKENIZER_KEY
+    from vitbert.io import TOKENIZER_KEY
 
     checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
     del checkpoint[TOKENIZER_KEY]

@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vitbert.checkpoint import CheckpointError
 from vitbert.data.cache import BadImageError, decode_image
+from vitbert.io import CheckpointError
 from vitbert.predict import FillMask, PredictError, load_image
 
 KEYS = {"score", "token", "token_str"}

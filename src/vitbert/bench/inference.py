@@ -34,7 +34,7 @@ def fill_mask(config: VitBertConfig | None = None, tokenizer: Any = None,
     if checkpoint is not None:
         return FillMask.from_checkpoint(checkpoint, device=device)
     torch.manual_seed(0)
-    return FillMask(VitBert(config, load_pretrained=False), tokenizer, device=device)
+    return FillMask(VitBert(config), tokenizer, device=device)
 
 
 def inference_benchmark(fm: Any, image: Any, queries: tuple[str, ...] = QUERIES,

@@ -184,7 +184,7 @@ def ours(config: VitBertConfig, batches: list[Batch], seed: int = 0, name: str =
          fused_optimizer: bool = True) -> Contender:
     """Our model with the training system's optimizer (fused AdamW, decay groups)."""
     torch.manual_seed(seed)
-    model = VitBert(config, load_pretrained=False).to(batches[0]["input_ids"].device).train()
+    model = VitBert(config).to(batches[0]["input_ids"].device).train()
     return Contender(name, model, _our_optimizer(model, fused_optimizer), vitbert_loss, batches)
 
 

@@ -23,10 +23,12 @@ def temp_path(path: str | Path) -> Path:
 
 
 @contextmanager
-def atomic_open(path: str | Path, mode: str = "w", **open_kwargs: Any) -> Iterator[IO[Any]]:
+def atomic_open(path: str | Path, mode: str = "w", *, permissions: int | None = None,
+                **open_kwargs: Any) -> Iterator[IO[Any]]:
     """`open(path, mode)` whose result appears at `path` only when the block ends without error.
 
     For writers that stream (JSON Lines, many chunks); `atomic_write` for one piece of data.
+    `permissions` (e.g. 0o644 for files meant to be shared) overrides what the umask gives.
     """
     if not mode.startswith("w"):
         raise ValueError(f"atomic_open writes a new file; mode {mode!r} must start with 'w'")
@@ -36,17 +38,19 @@ def atomic_open(path: str | Path, mode: str = "w", **open_kwargs: Any) -> Iterat
     try:
         with open(tmp, mode, **open_kwargs) as fh:
             yield fh
+        if permissions is not None:
+            tmp.chmod(permissions)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def atomic_write(path: str | Path, data: str | bytes) -> Path:
+def atomic_write(path: str | Path, data: str | bytes, permissions: int | None = None) -> Path:
     """Write `data` (text as UTF-8, or bytes) to `path` atomically; returns `path`."""
     if isinstance(data, bytes):
-        with atomic_open(path, "wb") as fh:
+        with atomic_open(path, "wb", permissions=permissions) as fh:
             fh.write(data)
     else:
-        with atomic_open(path, "w", encoding="utf-8") as fh:
+        with atomic_open(path, "w", permissions=permissions, encoding="utf-8") as fh:
             fh.write(data)
     return Path(path)

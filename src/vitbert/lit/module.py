@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vitbert.checkpoint import TOKENIZER_KEY, read_checkpoint, transfer_weights
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
+from vitbert.io import TOKENIZER_KEY, initialize
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
-from vitbert.models import VitBert, VitBertConfig, load_timm_weights
+from vitbert.models import VitBert, VitBertConfig
 
 IGNORE_INDEX = -100
 
@@ -72,7 +72,7 @@ class MaskedLMModule(L.LightningModule):
         self.optimizer_config = optimizer
         # Pretrained image weights are loaded in setup("fit") of a fresh run only: a resumed run
         # or a loaded checkpoint gets every weight from its file, with no download.
-        self.net = VitBert(net, load_pretrained=False)
+        self.net = VitBert(net)
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -88,15 +88,8 @@ class MaskedLMModule(L.LightningModule):
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage != "fit" or resuming:
             return
-        init_from, pretrained = self.hparams.init_from, self.net.config.image.pretrained
-        if init_from:
-            transferred = transfer_weights(self.net, read_checkpoint(init_from), self.tokenizer)
-            report = f"Fine-tuning from {init_from}:\n{transferred}"
-        elif pretrained:
-            report = f"Image tower: {load_timm_weights(self.net.image_tower, pretrained)}"
-        else:
-            return
-        if self.trainer.is_global_zero:
+        report = initialize(self.net, self.hparams.init_from, self.tokenizer)
+        if report and self.trainer.is_global_zero:
             print(report)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -12,7 +12,6 @@ M masked rows are gathered *before* the V-wide vocabulary projection.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -22,9 +21,6 @@ from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
 from vitbert.models.vit import build_image_tower, init_transformer_weights
 from vitbert.nn import key_padding_mask
-
-WEIGHTS_NAME, CONFIG_NAME = "model.safetensors", "config.json"
-TIED_KEY, TIED_SOURCE = "mlm_head.decoder.weight", "text.embeddings.word.weight"
 
 
 def _retie(module: VitBert, _incompatible_keys) -> None:
@@ -50,15 +46,16 @@ class Projector(nn.Module):
 class VitBert(nn.Module):
     """A masked-language model over a caption that can look at its photo.
 
-    ``load_pretrained=False`` skips the timm weights named in ``config.image.pretrained`` (use it
-    when our own checkpoint will be loaded over the fresh model; :meth:`from_pretrained` does).
+    Construction loads nothing: the weights named in ``config.image.pretrained`` are loaded when
+    a fresh run starts (:func:`vitbert.io.initialize`); stored models load through
+    :mod:`vitbert.io` (:meth:`from_pretrained` is a shortcut).
     """
 
-    def __init__(self, config: VitBertConfig, load_pretrained: bool = True) -> None:
+    def __init__(self, config: VitBertConfig) -> None:
         super().__init__()
         self.config = config
         text = config.text
-        self.image_tower = build_image_tower(config.image, load_pretrained)
+        self.image_tower = build_image_tower(config.image)
         self.projector = Projector(config.image.dim, text.dim, config.projector_norm,
                                    text.norm_eps)
         self.text = TextTower(text, config.vocab_size)
@@ -118,25 +115,15 @@ class VitBert(nn.Module):
         return (logits, attention) if return_attention else logits
 
     def save_pretrained(self, folder: str | Path) -> None:
-        """``model.safetensors`` + ``config.json``. The tied matrix is stored once."""
-        from safetensors.torch import save_file
+        """``model.safetensors`` + ``config.json``, the tied matrix once (:mod:`vitbert.io`)."""
+        from vitbert.io.files import write_exported
 
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if k != TIED_KEY}
-        save_file(state, folder / WEIGHTS_NAME, metadata={"format": "pt"})
-        (folder / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        write_exported(self, folder)
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, map_location: str | torch.device = "cpu"
                         ) -> VitBert:
-        """Inverse of :meth:`save_pretrained`; never downloads the timm weights in the config."""
-        from safetensors.torch import load_file
+        """Inverse of :meth:`save_pretrained`; never loads the timm weights in the config."""
+        from vitbert.io.files import build_model, read_checkpoint
 
-        folder = Path(folder)
-        config = VitBertConfig.from_dict(json.loads((folder / CONFIG_NAME).read_text()))
-        model = cls(config, load_pretrained=False)
-        state = load_file(str(folder / WEIGHTS_NAME), device=str(map_location))
-        state.setdefault(TIED_KEY, state[TIED_SOURCE])
-        model.load_state_dict(state)  # the post-hook re-ties
-        return model.to(map_location)
+        return build_model(cls, read_checkpoint(folder), map_location)

@@ -3,13 +3,11 @@
 The patch embedding is injected (:func:`build_image_tower` picks it from the config): a conv
 patchify (pure ViT), a ResNet front end (hybrid ViT: the same ViT, a different module), or the
 small conv stem for tiny images. Names follow timm (``patch_embed``, ``cls_token``,
-``pos_embed``), so pretrained timm weights map on by renaming (:mod:`vitbert.models.weights`).
+``pos_embed``), so pretrained timm weights map on by renaming (:mod:`vitbert.io.timm`).
 """
 
 from __future__ import annotations
 
-import logging
-import warnings
 from typing import Literal
 
 import torch
@@ -17,13 +15,9 @@ from torch import Tensor, nn
 
 from vitbert.models.config import ImageTowerConfig
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
-from vitbert.models.weights import WeightReport, load_timm_weights, resample_pos_embed
 from vitbert.nn import BlockConfig, Encoder, LearnedPosition
 
-__all__ = ["ViT", "WeightReport", "build_image_tower", "init_transformer_weights",
-           "load_timm_weights"]
-
-log = logging.getLogger(__name__)
+__all__ = ["ViT", "build_image_tower", "init_transformer_weights"]
 
 
 def init_transformer_weights(module: nn.Module, std: float = 0.02) -> None:
@@ -91,13 +85,19 @@ class ViT(nn.Module):
         return (images - self.pixel_mean) / self.pixel_std
 
     def positions(self, grid: tuple[int, int]) -> Tensor:
-        """(1, prefix + rows·cols, D): the learned table, resampled when ``grid`` is new."""
+        """(1, prefix + rows·cols, D): the learned table, resampled when ``grid`` is new.
+
+        Positions are a smooth function of (row, col) after training, so interpolating the table
+        (bicubic, as timm and the ViT paper do) is how a ViT trained at one resolution runs at
+        another.
+        """
         table = self.pos_embed.weight
         if tuple(grid) == self.grid_size:
             return table
-        p = self.num_prefix_tokens
-        cells = resample_pos_embed(table[:, p:], self.grid_size, grid)
-        return torch.cat((table[:, :p], cells), dim=1)
+        from timm.layers import resample_abs_pos_embed
+
+        return resample_abs_pos_embed(table, new_size=list(grid), old_size=list(self.grid_size),
+                                      num_prefix_tokens=self.num_prefix_tokens)
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
         B, _, H, W = images.shape
@@ -128,19 +128,13 @@ def build_patch_embed(cfg: ImageTowerConfig) -> nn.Module:
     raise ValueError(f"unknown image tower kind {cfg.kind!r}; choose vit, hybrid or conv_stem")
 
 
-def build_image_tower(cfg: ImageTowerConfig, load_pretrained: bool = True) -> ViT:
-    """A ViT for ``cfg``; with ``cfg.pretrained`` set (and ``load_pretrained``), timm weights in it.
+def build_image_tower(cfg: ImageTowerConfig) -> ViT:
+    """A freshly initialised ViT for ``cfg``.
 
-    Pass ``load_pretrained=False`` when the weights will be overwritten anyway (loading one of
-    our own checkpoints), so that no download is attempted.
+    ``cfg.pretrained`` is not loaded here: a fresh run loads it when training starts
+    (:func:`vitbert.io.initialize`); a checkpoint brings every weight itself.
     """
-    tower = ViT(
+    return ViT(
         build_patch_embed(cfg), cfg.dim, cfg.depth, cfg.num_heads, cfg.mlp_ratio,
         cfg.class_token, cfg.pool, cfg.drop_path, cfg.norm_eps, cfg.mean, cfg.std,
     )
-    if cfg.pretrained and load_pretrained:
-        report = load_timm_weights(tower, cfg.pretrained)
-        log.info("image tower: %s", report)
-        if report.missing or report.notes:
-            warnings.warn(f"image tower: {report}", stacklevel=2)
-    return tower

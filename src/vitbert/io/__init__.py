@@ -1,0 +1,45 @@
+"""Stored models, in one place: every read and write of a model's weights goes through here.
+
+* :mod:`.files`: the file names, :func:`read_checkpoint` (a ``.ckpt`` or an exported folder,
+  unpickled with ``weights_only=True``), :func:`write_exported`.
+* :mod:`.transfer`: :func:`transfer_weights`, the one way weights move into a model that may
+  differ from the one that wrote them, and its :class:`TransferReport`.
+* :mod:`.timm`: pretrained timm ViT weights renamed for the image tower.
+* :mod:`.load`: :func:`load_model` (to predict), :func:`export`, :func:`initialize` (the
+  start of a fresh run).
+"""
+
+from vitbert.io.files import (
+    CONFIG_FILE,
+    TIED_KEY,
+    TIED_SOURCE,
+    TOKENIZER_FILE,
+    TOKENIZER_KEY,
+    WEIGHTS_FILE,
+    CheckpointError,
+    StoredModel,
+    read_checkpoint,
+    write_exported,
+)
+from vitbert.io.load import export, initialize, load_model
+from vitbert.io.timm import load_image_weights
+from vitbert.io.transfer import TransferReport, transfer_weights
+
+__all__ = [
+    "CONFIG_FILE",
+    "TIED_KEY",
+    "TIED_SOURCE",
+    "TOKENIZER_FILE",
+    "TOKENIZER_KEY",
+    "WEIGHTS_FILE",
+    "CheckpointError",
+    "StoredModel",
+    "TransferReport",
+    "export",
+    "initialize",
+    "load_image_weights",
+    "load_model",
+    "read_checkpoint",
+    "transfer_weights",
+    "write_exported",
+]

@@ -1,0 +1,145 @@
+"""Where a vitbert model lives on disk: the file names, and reading and writing them.
+
+Two kinds of file hold a model:
+
+* a Lightning checkpoint (``.ckpt``): everything needed to resume, with the architecture in
+  ``hyper_parameters["net"]`` (plain values), the weights under ``state_dict`` prefixed ``net.``,
+  and the tokenizer's JSON text under :data:`TOKENIZER_KEY`; Lightning writes it;
+* an exported folder: :data:`CONFIG_FILE`, :data:`WEIGHTS_FILE` and :data:`TOKENIZER_FILE`, the
+  shareable form that needs neither Lightning nor pickle. The tied MLM decoder matrix is stored
+  once, under the word embedding (:data:`TIED_SOURCE`).
+
+Every read goes through :func:`read_checkpoint`, which unpickles with ``weights_only=True``: a
+file whose pickle would run code is refused. Every write is atomic and readable by others
+(:func:`vitbert.data.files.atomic_write`, the project's one atomic-write helper).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from vitbert.data.files import atomic_write
+from vitbert.models.config import VitBertConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+TOKENIZER_KEY = "vitbert_tokenizer"  # the tokenizer's JSON text inside a .ckpt
+CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", "tokenizer.json"
+# The MLM decoder shares the word-embedding matrix: an exported folder stores it once.
+TIED_KEY, TIED_SOURCE = "mlm_head.decoder.weight", "text.embeddings.word.weight"
+_SHARED_FILE_MODE, _SHARED_FOLDER_MODE = 0o644, 0o755  # exported models are for others to read
+
+
+class CheckpointError(ValueError):
+    """A file that is not a vitbert checkpoint, or one that lacks what is needed."""
+
+
+@dataclass
+class StoredModel:
+    """Weights read from disk, before any model is built.
+
+    ``config`` and ``tokenizer_json`` are None for weights that come without them (timm's).
+    """
+
+    config: VitBertConfig | None
+    state_dict: dict[str, Tensor]
+    tokenizer_json: str | None
+    source: str
+
+
+def read_checkpoint(path: str | Path) -> StoredModel:
+    """Read a ``.ckpt`` file or an exported folder, with a clear error for anything else."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder")
+    if path.is_dir():
+        return _read_exported(path)
+    checkpoint = load_tensors_file(path)
+    hparams = checkpoint.get("hyper_parameters", {}) if isinstance(checkpoint, dict) else {}
+    if "net" not in hparams or "state_dict" not in checkpoint:
+        raise CheckpointError(
+            f"{path}: a checkpoint, but not a vitbert one (no hyper_parameters['net'] or "
+            "state_dict). Pass a .ckpt written by scripts/train.py."
+        )
+    state_dict = {
+        key.removeprefix("net."): value
+        for key, value in checkpoint["state_dict"].items()
+        if key.startswith("net.")
+    }
+    config = VitBertConfig.from_dict(hparams["net"])
+    return StoredModel(config, state_dict, checkpoint.get(TOKENIZER_KEY), str(path))
+
+
+def load_tensors_file(path: Path) -> Any:
+    """``torch.load`` of a pickle that may hold only tensors and plain values, on the CPU."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"{path}: refused, its pickle holds more than tensors and plain values (loading it "
+            "could run code). Pass a .ckpt written by scripts/train.py or an exported folder; "
+            f"if you trust the file, convert it to safetensors first. ({_first_line(error)})"
+        ) from error
+    except Exception as error:
+        raise CheckpointError(
+            f"{path}: not a readable PyTorch checkpoint ({type(error).__name__}: "
+            f"{_first_line(error)}). Pass a .ckpt written by scripts/train.py or a folder "
+            "written by scripts/export.py."
+        ) from error
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _read_exported(folder: Path) -> StoredModel:
+    from safetensors.torch import load_file
+
+    missing = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{folder}: not an exported vitbert folder (missing {', '.join(missing)}). "
+            "Write one with: python scripts/export.py --ckpt CHECKPOINT --out FOLDER"
+        )
+    config = VitBertConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
+    tokenizer_path = folder / TOKENIZER_FILE
+    tokenizer_json = tokenizer_path.read_text() if tokenizer_path.is_file() else None
+    state_dict = load_file(folder / WEIGHTS_FILE)
+    state_dict.setdefault(TIED_KEY, state_dict[TIED_SOURCE])  # stored once: see write_exported
+    return StoredModel(config, state_dict, tokenizer_json, str(folder))
+
+
+def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | None = None
+                   ) -> Path:
+    """``model.safetensors`` + ``config.json`` (+ ``tokenizer.json``), the tied matrix once."""
+    from safetensors.torch import save
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        folder.chmod(_SHARED_FOLDER_MODE)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
+    files = {WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
+             CONFIG_FILE: json.dumps(model.config.to_dict(), indent=2) + "\n"}
+    if tokenizer_json is not None:
+        files[TOKENIZER_FILE] = tokenizer_json
+    for name, data in files.items():
+        atomic_write(folder / name, data, permissions=_SHARED_FILE_MODE)
+    return folder
+
+
+def build_model(model_class: type[nn.Module], stored: StoredModel,
+                map_location: str | torch.device = "cpu") -> nn.Module:
+    """``model_class(stored.config)`` holding the stored weights (the load re-ties the decoder)."""
+    model = model_class(stored.config)
+    model.load_state_dict(stored.state_dict)
+    return model.to(map_location)
