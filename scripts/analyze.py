@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from vitbert.analysis import format_summary, plot, read_split, summarise
-    from vitbert.checkpoint import CheckpointError
     from vitbert.data.cache import DataError
+    from vitbert.io import CheckpointError
 
     try:
         readings = read_split(args.ckpt, args.split, args.data_root, args.cache_dir)

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from vitbert.checkpoint import load_model, read_checkpoint
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
+from vitbert.io import load_model
 
 
 def another_photo(image_ids):  # TEMPORARY until lit's vitbert.lit.conditions lands
@@ -97,6 +97,9 @@ def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
     """The loader validation used for `split`: the checkpoint's data settings, its tokenizer."""
     if split not in SPLITS:
         raise DataError(f"split {split!r} is not one of {SPLITS}")
+    if Path(ckpt).is_dir():
+        raise DataError(f"{ckpt}: an exported folder carries no data settings; pass the .ckpt "
+                        f"written by scripts/train.py fit")
     checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
     data = checkpoint.get("datamodule_hyper_parameters")
     if not data or "source" not in data:
@@ -119,7 +122,6 @@ def read_split(ckpt: str | Path, split: str = "val", root: str | None = None,
                cache_dir: str | None = None) -> Readings:
     """Every masked piece of `split`, read with its photo, another image's photo, no photo."""
     model, tokenizer = load_model(ckpt)
-    read_checkpoint(ckpt)  # a clear error for a file that is not a vitbert checkpoint
     loader, dataset = rebuild_loader(ckpt, split, root, cache_dir)
     out = Readings()
     for batch in loader:
