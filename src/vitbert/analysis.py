@@ -215,6 +215,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 def plot(summary: dict[str, Any], out: str | Path, title: str = "") -> Path:
     """Two panels: the words with the largest gain, and the mean gain by word class (counts)."""
     import matplotlib
+    import matplotlib.patches
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -229,15 +230,15 @@ def plot(summary: dict[str, Any], out: str | Path, title: str = "") -> Path:
     left.axvline(0, color="black", linewidth=0.8)
     left.set_xlabel("p(true word | its photo) − p(true word | another photo)")
     left.set_title("words the photo helps most (occurrences)")
+    left.legend(handles=[matplotlib.patches.Patch(color=c, label=n) for n, c in colours.items()],
+                loc="lower right", fontsize="small")
     names = list(summary["classes"])
-    right.bar(names, [summary["classes"][n]["mean_gain_p"] for n in names],
+    right.bar([f"{n}\nn={summary['classes'][n]['count']}" for n in names],
+              [summary["classes"][n]["mean_gain_p"] for n in names],
               color=[colours[n] for n in names])
     right.axhline(0, color="black", linewidth=0.8)
-    for i, n in enumerate(names):
-        right.annotate(f"n={summary['classes'][n]['count']}", (i, 0), ha="center",
-                       va="bottom", xytext=(0, 3), textcoords="offset points")
     right.set_ylabel("mean gain in p(true word)")
-    right.set_title("by word class")
+    right.set_title("by word class (masked pieces)")
     fig.suptitle(title or (f"top-5 content words: photo {100 * summary['top5_with_content']:.1f}%"
                            f" vs another photo {100 * summary['top5_another_content']:.1f}%"))
     fig.tight_layout()
