@@ -14,7 +14,6 @@ folder (config.json, model.safetensors, tokenizer.json).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -82,49 +81,6 @@ def format_table(result: dict, top_k: int) -> str:
     return "\n".join(lines)
 
 
-def render_attention(attention: dict, text: str) -> bytes:
-    """The PNG bytes: one panel per [MASK], the photo under its attention over the image tokens.
-
-    With one pooled image token there is no map to draw (one number over the whole photo), so the
-    panel shows the photo and states that single weight instead of a flat, meaningless heatmap.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
-
-    image, weights, grid = attention["image"], attention["weights"], attention["grid"]
-    S = image.shape[0]
-    count = len(weights)
-    fig, axes = plt.subplots(1, count, figsize=(max(5.5, 4.2 * count), 5.0), squeeze=False)
-    for i, ax in enumerate(axes[0]):
-        name = f"[MASK] {i + 1}" if count > 1 else "[MASK]"
-        ax.imshow(image, interpolation="nearest" if S < 128 else "antialiased")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        if grid is None:
-            ax.set_title(f"{name} → the single pooled image token:\n"
-                         f"{weights[i, 0]:.1%} of its attention", fontsize=10)
-            continue
-        heat = weights[i].reshape(grid)  # (rows, cols)
-        # Colours span this panel's own range (the colour bar gives the values): "where" shows
-        # even when the attention is nearly flat; the title gives "how much".
-        shown = ax.imshow(heat, cmap="inferno", alpha=0.55, extent=(0, S, S, 0),
-                          interpolation="nearest")
-        fig.colorbar(shown, ax=ax, fraction=0.046, pad=0.04)
-        ax.set_title(f"{name}: {weights[i].sum():.0%} of its attention on the photo",
-                     fontsize=10)
-    what = ("one pooled image token, no map over the photo" if grid is None
-            else f"{grid[0]}×{grid[1]} image tokens")
-    fig.suptitle(f"{text}\ntext-encoder layer {attention['layer']} (of {attention['num_layers']},"
-                 f" from 0), mean of {attention['num_heads']} heads\n{what}", fontsize=10)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return buffer.getvalue()
-
-
 def write_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file beside ``path``, then rename: never a half-written file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -166,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Load, answer, draw; print or write only once everything has succeeded."""
+    from vitbert.attention_picture import render_attention
     from vitbert.data.cache import BadImageError
     from vitbert.io import CheckpointError
     from vitbert.predict import FillMask, PredictError
@@ -175,11 +132,6 @@ def run(args: argparse.Namespace) -> int:
         fm = FillMask.from_checkpoint(args.ckpt, device=args.device)
     except CheckpointError as error:
         return fail(str(error))
-    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
-        # A file that passed the format checks but does not build a model (a hand-edited
-        # config.json, weights of another architecture): still not a usable vitbert checkpoint.
-        return fail(f"{args.ckpt}: not a loadable vitbert checkpoint "
-                    f"({type(error).__name__}: {error})")
     loaded = time.perf_counter()
     try:
         result = fm.compare(args.text, str(args.image), top_k=args.top_k)

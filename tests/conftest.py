@@ -1,4 +1,13 @@
-"""Test-wide settings: never reach the network, and keep CPU thread use predictable."""
+"""Test-wide settings and fixtures.
+
+Settings: never reach the network, and keep CPU thread use predictable.
+
+``trained``: one tiny model trained once per session through the real CLI, and the files built
+from it, shared by the tests of everything that reads a checkpoint (predict, demo). Training goes
+through ``vitbert.cli.main`` (not a hand-made state dict) so the tests read a checkpoint exactly as
+``scripts/train.py fit`` writes it, tokenizer included. Two optimiser steps are enough: those tests
+check shapes, plumbing and errors, not what the model learned.
+"""
 
 import os
 
@@ -6,10 +15,88 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+TINY_NET = [
+    "--model.net.image.dim", "32", "--model.net.image.depth", "1",
+    "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
+    "--model.net.text.dim", "32", "--model.net.text.depth", "2",
+    "--model.net.text.num_heads", "2",
+]
+TINY_DATA = [
+    "--data.source.init_args.num_train", "128", "--data.source.init_args.num_val", "16",
+    "--data.source.init_args.num_test", "16", "--data.num_workers", "0",
+    "--data.batch_size", "8",
+]
+# The logger stays on in `fit` (the CLI's LearningRateMonitor needs one); it writes to ./logs of
+# the tmp folder.
+QUIET = ["--trainer.enable_progress_bar", "false",
+         "--trainer.enable_model_summary", "false", "--model.num_examples", "0"]
+
+
+@dataclass
+class Trained:
+    root: Path  # the run's working folder (data/, checkpoints)
+    ckpt: Path  # a .ckpt written by `fit` (8×8 patch tokens, 2 text layers)
+    exported: Path  # the same model exported: config.json, model.safetensors, tokenizer.json
+    pooled: Path  # an exported folder of a one-pooled-image-token model, same tokenizer
+    photo: Path  # a 32×32 shapes picture (PNG) the model was trained on
+    photo_wide: Path  # a 48×40 photo, so resizing and cropping happen
+    caption: str  # the photo's caption
+
+
+def data_args(root: Path) -> list[str]:
+    return ["--data.source.init_args.root", str(root / "shapes"), *TINY_DATA]
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory) -> Trained:
+    from vitbert.cli import main
+    from vitbert.io import TOKENIZER_FILE, export, load_model
+    from vitbert.models import VitBert
+
+    root = tmp_path_factory.mktemp("trained")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)  # anything written to ./ (logs, configs) stays in the tmp folder
+        main(["fit", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
+              "--checkpoint.monitor", "null", "--checkpoint.dirpath", str(root / "ckpt"),
+              *data_args(root), *TINY_NET, *QUIET])
+    ckpt = root / "ckpt" / "last.ckpt"
+    exported = export(ckpt, root / "exported")
+
+    model, _ = load_model(ckpt)
+    config = model.config
+    config.image_tokens = "pooled"
+    pooled = root / "pooled"
+    VitBert(config).save_pretrained(pooled)
+    shutil.copy(exported / TOKENIZER_FILE, pooled / TOKENIZER_FILE)
+
+    images = np.load(root / "shapes" / "images.npy", mmap_mode="r")
+    notes = json.loads((root / "shapes" / "annotations.json").read_text())
+    photo = root / "photo.png"
+    Image.fromarray(np.ascontiguousarray(images[0].transpose(1, 2, 0))).save(photo)
+    wide = root / "wide.png"
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(wide)
+    caption = notes["texts"][notes["rows"].index(0)]
+    return Trained(root, ckpt, exported, pooled, photo, wide, caption)
+
+
+@pytest.fixture(scope="session")
+def tiny_cli_args(trained) -> list[str]:
+    """The CLI arguments that rebuild the trained model's data and network (for `predict`)."""
+    return [*data_args(trained.root), *TINY_NET, *QUIET]

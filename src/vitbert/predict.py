@@ -24,7 +24,8 @@ from PIL import Image
 from torch import Tensor
 
 from vitbert.data.cache import BadImageError, decode_image, resize_center_crop, to_rgb
-from vitbert.io import load_model
+from vitbert.decoding import fill, guesses
+from vitbert.io import CheckpointError, load_model
 
 ImageLike = str | Path | Image.Image | np.ndarray | Tensor
 MASK = "[MASK]"
@@ -91,7 +92,6 @@ class FillMask:
         self.mask_token_id: int = tokenizer.mask_token_id
         self.image_size: int = model.config.image.image_size
         self.max_len: int = model.config.text.max_len
-        self._special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device | None = None
@@ -102,7 +102,15 @@ class FillMask:
         checkpoint or lacks its tokenizer.
         """
         device = torch.device(device) if device is not None else default_device()
-        model, tokenizer = load_model(path, map_location=device)
+        try:
+            model, tokenizer = load_model(path, map_location=device)
+        except CheckpointError:
+            raise
+        except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
+            # A file that passed the format checks but does not build a model (a hand-edited
+            # config.json, weights of another architecture): still not a usable checkpoint.
+            raise CheckpointError(f"{path}: not a loadable vitbert checkpoint "
+                                  f"({type(error).__name__}: {error})") from error
         return cls(model, tokenizer, device)
 
     # ------------------------------------------------------------------------------------------
@@ -110,7 +118,10 @@ class FillMask:
 
     def __call__(self, text: str | list[str], image: ImageLike | list | None = None,
                  top_k: int = 5) -> list:
-        """Per [MASK], a list of ``{"score", "token", "token_str"}``, best first.
+        """Per [MASK], a list of ``{"score", "token", "token_str", "sequence"}``, best first.
+
+        ``sequence`` is the text with that [MASK] filled by the guess (other [MASK]s kept), as
+        the pipeline gives it. Guesses come from :func:`vitbert.decoding.guesses`.
 
         One text with one [MASK] → a list of ``top_k`` dicts; with several [MASK]s → one such list
         per mask. A list of texts → a list of those, computed in one forward pass (padded to the
@@ -138,7 +149,7 @@ class FillMask:
         pass: the second row sees the photo's tokens blocked, which the model defines as equal
         to reading the text alone.
         """
-        with_image, text_only = self._top_k([text, text], [image, None], top_k)
+        with_image, text_only = self._top_k([text, text], [image, None], top_k, sequence=False)
         return {
             "text": text,
             "masks": [
@@ -198,8 +209,13 @@ class FillMask:
         return {key: batch[key].to(self.device) for key in ("input_ids", "attention_mask")}
 
     @torch.inference_mode()
-    def _top_k(self, texts: list[str], images: list, top_k: int) -> list[list[list[dict]]]:
-        """Per text, per [MASK], ``top_k`` guesses, best first; one forward pass for all texts."""
+    def _top_k(self, texts: list[str], images: list, top_k: int, sequence: bool = True
+               ) -> list[list[list[dict]]]:
+        """Per text, per [MASK], ``top_k`` guesses, best first; one forward pass for all texts.
+
+        ``sequence``: add the pipeline's filled-in text to each guess (not in the records of
+        :meth:`compare`, which share :mod:`vitbert.decoding`'s shape with ``train.py predict``).
+        """
         if top_k < 1:
             raise PredictError(f"top_k={top_k}: ask for at least one guess")
         batch = self._encode(texts)
@@ -208,16 +224,14 @@ class FillMask:
         pixels, visible = self._images(images)
         logits = self.model(input_ids, batch["attention_mask"], images=pixels,
                             image_mask=visible, target_mask=target_mask)  # (M, V)
-        probs = logits.float().softmax(dim=-1)  # over the whole vocabulary, like the pipeline
-        probs[:, self._special.to(probs.device)] = -1.0  # never a guess
-        top = probs.topk(min(top_k, probs.shape[-1] - len(self._special)), dim=-1)  # (M, k)
-        decode = self.tokenizer.decode  # "##ing" stays "##ing", as in the pipeline
-        guesses = [
-            [{"score": score, "token": token, "token_str": decode([token])}
-             for score, token in zip(scores, ids, strict=True)]
-            for scores, ids in zip(top.values.tolist(), top.indices.tolist(), strict=True)
-        ]  # (M, k), masks in reading order, text after text
-        rows = iter(guesses)
+        guessed = guesses(logits, top_k, self.tokenizer)  # (M, k), reading order, text after text
+        if sequence:  # the pipeline's "sequence": the text with this guess in its [MASK]
+            lengths = batch["attention_mask"].sum(dim=1).tolist()
+            for per_mask, (b, t) in zip(guessed, target_mask.nonzero().tolist(), strict=True):
+                ids = input_ids[b, : lengths[b]].tolist()
+                for guess in per_mask:
+                    guess["sequence"] = fill(self.tokenizer, ids, t, guess["token"])
+        rows = iter(guessed)
         return [[next(rows) for _ in range(n)] for n in target_mask.sum(dim=1).tolist()]
 
     def _images(self, images: list) -> tuple[Tensor | None, Tensor | None]:

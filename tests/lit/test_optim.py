@@ -59,26 +59,51 @@ def test_learning_rate_multipliers_per_part():
     assert n_params == len(list(model.parameters()))
 
 
-def test_warmup_then_cosine_to_floor():
-    config = OptimizerConfig(lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    schedule = warmup_cosine(optimizer, config, total_steps=110)
+def _previous_factor(step: int, warmup: int, total: int, floor: float) -> float:
+    """The hand-written schedule this project used before the library's (the reference)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def lr_curve(config: OptimizerConfig, total_steps: int) -> list[float]:
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=config.lr)
+    schedule = warmup_cosine(optimizer, config, total_steps)
     lrs = []
-    for _ in range(110):
+    for _ in range(total_steps):
         lrs.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
-    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
-    assert all(a < b for a, b in itertools.pairwise(lrs[:10]))
+    return lrs
+
+
+def test_warmup_then_cosine_to_floor():
+    config = OptimizerConfig(lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    lrs = lr_curve(config, total_steps=110)
+    assert lrs[0] == 0.0 and lrs[10] == pytest.approx(1.0)
+    assert all(a < b for a, b in itertools.pairwise(lrs[:11]))
     midpoint = 10 + 50
     assert lrs[midpoint] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert lrs[-1] == pytest.approx(0.1, abs=1e-3)
-    assert all(a >= b for a, b in itertools.pairwise(lrs[9:]))
+    assert all(a >= b for a, b in itertools.pairwise(lrs[10:]))
+
+
+@pytest.mark.parametrize("warmup, total", [(10, 110), (0, 50), (0.05, 937), (1, 7)])
+def test_library_schedule_equals_the_previous_one_after_warmup(warmup, total):
+    """From the peak on the curve is the old one to float precision; during warmup it is the old
+    one a step later (it rises from 0 where the old one started at 1 / warmup)."""
+    config = OptimizerConfig(lr=2e-3, warmup_steps=warmup, min_lr_ratio=0.05)
+    lrs = lr_curve(config, total)
+    w = int(warmup * total) if 0 < warmup < 1 else int(warmup)
+    old = [2e-3 * _previous_factor(s, w, total, 0.05) for s in range(total)]
+    assert lrs[w:] == pytest.approx(old[w:], rel=1e-9, abs=1e-15)
+    assert lrs[1:w] == pytest.approx(old[: w - 1] if w else [], rel=1e-9)
 
 
 def test_fractional_warmup_is_a_share_of_total_steps():
     config = OptimizerConfig(lr=1.0, warmup_steps=0.1)
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     schedule = warmup_cosine(optimizer, config, total_steps=200)
-    assert schedule.lr_lambdas[0](19) == pytest.approx(1.0)
-    assert schedule.lr_lambdas[0](9) == pytest.approx(0.5)
+    assert schedule.lr_lambdas[0](20) == pytest.approx(1.0)
+    assert schedule.lr_lambdas[0](10) == pytest.approx(0.5)

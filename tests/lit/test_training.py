@@ -8,6 +8,7 @@ with a generated data set, so nothing depends on the machine or the network.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 from pathlib import Path
 
@@ -259,3 +260,22 @@ def test_pretrained_image_weights_load_at_fit_start_only(tmp_path, monkeypatch):
     weights.unlink()  # gone: loading the checkpoint must not need it
     restored = MaskedLMModule.load_from_checkpoint(ckpt, weights_only=True)
     torch.testing.assert_close(restored.net.image_tower.patch_embed.proj.weight, ours)
+
+
+def test_validate_prints_examples_at_the_checkpoints_step(trained, tmp_path, monkeypatch, capsys):
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    main(["validate", *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--model.num_examples", "2",
+          "--trainer.enable_progress_bar", "false",
+          "--ckpt_path", str(tmp / "run" / "checkpoints" / "last.ckpt")])
+    out = capsys.readouterr().out
+    lines = out[out.index("Example predictions after step 16 "):].splitlines()[1:]
+    texts = [i for i, line in enumerate(lines) if line.startswith("  ") and line[2] != " "][:2]
+    assert len(texts) == 2
+    last = texts[-1] + 1 + lines[texts[-1]].count("[MASK]")
+    for start, end in itertools.pairwise([*texts, last]):
+        text, masks = lines[start], lines[start + 1:end]
+        # One line per [MASK], numbered, each with its truth and the three readings.
+        assert len(masks) == text.count("[MASK]") >= 1
+        for n, line in enumerate(masks, start=1):
+            assert line.startswith(f"    [MASK] {n}: truth ") and line.count("|") == 2

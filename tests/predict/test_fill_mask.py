@@ -14,7 +14,7 @@ from vitbert.data.cache import BadImageError, decode_image
 from vitbert.io import CheckpointError
 from vitbert.predict import FillMask, PredictError, load_image
 
-KEYS = {"score", "token", "token_str"}
+KEYS = {"score", "token", "token_str", "sequence"}
 
 
 def assert_guesses(guesses, k, tokenizer):
@@ -85,11 +85,23 @@ def test_compare_gives_both_readings(fill_mask, trained):
     for mask, with_image, text_only in zip(result["masks"], fill_mask(text, trained.photo, 3),
                                            fill_mask(text, None, 3), strict=True):
         assert list(mask) == ["index", "with_image", "text_only"]
+        assert set(mask["with_image"][0]) == {"score", "token", "token_str"}  # train.py's shape
         assert [g["token"] for g in mask["with_image"]] == [g["token"] for g in with_image]
         assert [g["token"] for g in mask["text_only"]] == [g["token"] for g in text_only]
     # The photo changes the scores (2 training steps: slightly, but not zero).
     first = result["masks"][0]
     assert [g["score"] for g in first["with_image"]] != [g["score"] for g in first["text_only"]]
+
+
+def test_sequence_is_the_text_with_that_mask_filled(fill_mask):
+    text = "a [MASK] circle [MASK] a square"
+    for i, guesses in enumerate(fill_mask(text, top_k=8)):
+        for guess in guesses:
+            parts = text.split("[MASK]")  # the other [MASK] stays, as in the pipeline
+            filled = [guess["token_str"] if j == i else "[MASK]" for j in range(2)]
+            expected = parts[0] + filled[0] + parts[1] + filled[1] + parts[2]
+            # A "##" piece joins the word before it, as WordPiece decoding does.
+            assert guess["sequence"] == expected.replace(" ##", "")
 
 
 def test_scores_are_vocabulary_probabilities_without_special_tokens(fill_mask):

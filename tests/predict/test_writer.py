@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from vitbert.lit.writer import PredictionWriter, _plain
@@ -12,6 +14,7 @@ from vitbert.lit.writer import PredictionWriter, _plain
 
 def test_train_py_predict_writes_one_line_per_example(trained, tiny_cli_args, tmp_path,
                                                       monkeypatch):
+    from vitbert import FillMask
     from vitbert.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -20,14 +23,42 @@ def test_train_py_predict_writes_one_line_per_example(trained, tiny_cli_args, tm
           "--trainer.logger", "false", *tiny_cli_args])
     lines = out.read_text().splitlines()
     assert len(lines) == 16  # --data.source.init_args.num_test
-    example = json.loads(lines[0])
-    assert list(example) == ["index", "masked_text", "masks"]
+    records = [json.loads(line) for line in lines]
+    example = records[0]
+    # The record of scripts/predict.py --json (FillMask.compare), plus the truth and the control.
+    assert list(example) == ["index", "image_id", "text", "masks"]
+    assert not any(t in example["text"] for t in ("[CLS]", "[SEP]", "[PAD]"))
+    assert example["text"].count("[MASK]") == len(example["masks"]) >= 1
     mask = example["masks"][0]
-    assert {"position", "truth", "with_image", "text_only"} <= set(mask)
-    assert len(mask["with_image"]) == len(mask["text_only"]) == 5
-    assert "[MASK]" in example["masked_text"]
-    assert sorted(json.loads(line)["index"] for line in lines) == list(range(16))
+    assert list(mask) == ["index", "truth", "with_image", "another_image", "text_only"]
+    assert [m["index"] for m in example["masks"]] == list(range(len(example["masks"])))
+    for reading in ("with_image", "another_image", "text_only"):
+        assert len(mask[reading]) == 5
+        assert set(mask[reading][0]) == {"score", "token", "token_str"}
+    assert sorted(r["index"] for r in records) == list(range(16))
     assert [p.name for p in out.parent.iterdir()] == ["predictions.jsonl"]  # no temporary left
+
+    # The same guesses as FillMask.compare on the same text and photo.
+    fill_mask = FillMask.from_checkpoint(trained.ckpt, device="cpu")
+    photos = np.load(trained.root / "shapes" / "images.npy", mmap_mode="r")  # (R, 3, S, S)
+    photo = np.ascontiguousarray(photos[example["image_id"]].transpose(1, 2, 0))  # (S, S, 3)
+    compared = fill_mask.compare(example["text"], photo, top_k=5)
+    for ours, theirs in zip(example["masks"], compared["masks"], strict=True):
+        for reading in ("with_image", "text_only"):
+            assert [g["token"] for g in ours[reading]] == [g["token"] for g in theirs[reading]]
+            assert [g["score"] for g in ours[reading]] == pytest.approx(
+                [g["score"] for g in theirs[reading]], abs=1e-4)
+
+
+def test_predictions_go_to_the_run_folder_by_default(trained, tiny_cli_args, tmp_path,
+                                                     monkeypatch):
+    from vitbert.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cli = main(["predict", "--ckpt_path", str(trained.ckpt), *tiny_cli_args])
+    written = list(tmp_path.rglob("predictions.jsonl"))
+    assert written == [Path(cli.trainer.log_dir).resolve() / "predictions.jsonl"]
+    assert written[0].parent != tmp_path and "logs" in written[0].parts
 
 
 def test_a_failed_run_leaves_the_previous_file_untouched(tmp_path):

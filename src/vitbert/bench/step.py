@@ -26,10 +26,11 @@ from torch import Tensor, nn
 
 from vitbert.bench.flops import num_image_tokens, reference_step_flops, vitbert_step_flops
 from vitbert.bench.reference import ReferenceModel
+from vitbert.data.masking import IGNORE_INDEX
+from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups
 from vitbert.models import VitBert, VitBertConfig
 
-IGNORE_INDEX = -100
 Batch = dict[str, Tensor]
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "default.yaml"
 
@@ -164,16 +165,13 @@ def _cycle(n: int) -> Iterator[int]:
 
 
 def vitbert_loss(model: nn.Module, batch: Batch, full_logits: bool = False) -> Tensor:
-    """The LightningModule's training loss: CE on the masked positions only (or, for the lever,
-    logits at every word position and CE with ``ignore_index``)."""
-    targets_at = batch["labels"] != IGNORE_INDEX
-    if full_logits:
-        logits = model(batch["input_ids"], batch["attention_mask"], images=batch["images"])
-        return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
-                               ignore_index=IGNORE_INDEX)
-    logits = model(batch["input_ids"], batch["attention_mask"], images=batch["images"],
-                   target_mask=targets_at)  # (M, V)
-    return F.cross_entropy(logits.float(), batch["labels"][targets_at])
+    """The training loss (:func:`vitbert.lit.loss.masked_lm_loss`), or, for the lever, logits at
+    every word position and CE with ``ignore_index``."""
+    if not full_logits:
+        return masked_lm_loss(model, batch)
+    logits = model(batch["input_ids"], batch["attention_mask"], images=batch["images"])
+    return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
+                           ignore_index=IGNORE_INDEX)
 
 
 def reference_loss(model: nn.Module, batch: Batch) -> Tensor:

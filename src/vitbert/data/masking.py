@@ -37,7 +37,8 @@ class MLMCollator:
 
     Items are dicts `{"image": uint8 (3, S, S), "caption": str, "index": int}`. The batch:
     `images` uint8 (B, 3, S, S), `input_ids` long (B, T), `attention_mask` bool (B, T),
-    `labels` long (B, T) (-100 where not a target), `content_mask` bool (B, T), `index` long (B,).
+    `labels` long (B, T) (-100 where not a target), `content_mask` bool (B, T), `index` long (B,),
+    `image_id` long (B,) (the item's cache `row`: which photo).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
     """
 
@@ -156,6 +157,8 @@ class MLMCollator:
             "labels": torch.from_numpy(labels),
             "content_mask": torch.from_numpy(content_mask),
             "index": torch.tensor(indices, dtype=torch.long),  # (B,)
+            # (B,) which photo: the cache row (an item without one is its own image)
+            "image_id": torch.tensor([int(it.get("row", it["index"])) for it in items]),
         }
 
     def _image(self, image: Any) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Masked-word accuracy with the photo, without it, and with someone else's photo.
+"""Masked-word accuracy with the photo, with another image's photo, and without any.
 
 All figures are micro-averaged over masked tokens (every masked piece counts once, however the
 batches are cut), synchronised across DDP ranks by torchmetrics. Most masked pieces are function
@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-TOP_K = (1, 5, 10)
+from vitbert.lit.conditions import ANOTHER_PHOTO, CONDITIONS, TEXT_ONLY, Condition
 
-# Each evaluation condition: a metric-name suffix and what the model sees.
-CONDITIONS = {
-    "": "with the photo",
-    "_text": "text only",
-    "_mismatch": "another example's photo",
-}
+TOP_K = (1, 5, 10)
+# Captions left out of the another-photo reading: no other image in their batch.
+SKIPPED = f"skipped{ANOTHER_PHOTO.suffix}"
 
 
 class _ConditionMetrics(nn.Module):
@@ -59,33 +56,42 @@ class _ConditionMetrics(nn.Module):
 
 
 class MaskedLMMetrics(nn.Module):
-    """One :class:`_ConditionMetrics` per condition, and the image gain derived from them.
+    """One :class:`_ConditionMetrics` per condition, and the image gains derived from them.
 
     ``compute()`` returns plain floats keyed ``top1``, ``top5_text``, ``top1_mismatch_content``,
-    ``loss``, ``image_gain_top1``, ``image_gain_top1_content``, …; the caller adds the stage prefix.
+    ``loss``, ``image_gain_top1`` (with the photo minus another image's photo: the headline),
+    ``image_gain_vs_text_top1`` (with the photo minus text only), their ``_content`` versions,
+    and ``skipped_mismatch``; the caller adds the stage prefix.
     """
 
     def __init__(self, vocab_size: int) -> None:
         super().__init__()
-        self.conditions = nn.ModuleDict(
-            {_key(suffix): _ConditionMetrics(vocab_size) for suffix in CONDITIONS}
-        )
+        self.conditions = nn.ModuleDict({c.key: _ConditionMetrics(vocab_size) for c in CONDITIONS})
+        self.skipped = SumMetric()
 
-    def update(self, suffix: str, logits: Tensor, targets: Tensor, is_content: Tensor) -> None:
-        self.conditions[_key(suffix)].update(logits, targets, is_content)
+    def update(self, condition: Condition, logits: Tensor, targets: Tensor, is_content: Tensor,
+               skipped: int = 0) -> None:
+        """One condition's reading; ``skipped`` counts captions it could not read."""
+        if len(targets):
+            self.conditions[condition.key].update(logits, targets, is_content)
+        if condition is ANOTHER_PHOTO:
+            self.skipped.update(skipped)
 
     def compute(self) -> dict[str, float]:
-        figures: dict[str, float] = {}
-        for suffix in CONDITIONS:
-            figures |= self.conditions[_key(suffix)].compute(suffix)
+        figures: dict[str, float] = {SKIPPED: self.skipped.compute().item()}
+        for condition in CONDITIONS:
+            figures |= self.conditions[condition.key].compute(condition.suffix)
         for k in TOP_K:
-            figures[f"image_gain_top{k}"] = figures[f"top{k}"] - figures[f"top{k}_text"]
-            figures[f"image_gain_top{k}_content"] = (
-                figures[f"top{k}_content"] - figures[f"top{k}_text_content"]
-            )
+            for content in ("", "_content"):
+                with_photo = figures[f"top{k}{content}"]
+                figures[f"image_gain_top{k}{content}"] = (
+                    with_photo - figures[f"top{k}{ANOTHER_PHOTO.suffix}{content}"])
+                figures[f"image_gain_vs_text_top{k}{content}"] = (
+                    with_photo - figures[f"top{k}{TEXT_ONLY.suffix}{content}"])
         return figures
 
     def reset(self) -> None:
+        self.skipped.reset()
         for condition in self.conditions.values():
             condition.reset()
 
@@ -99,7 +105,3 @@ def _top_k_accuracies(vocab_size: int) -> nn.ModuleDict:
         }
     )
 
-
-def _key(suffix: str) -> str:
-    # ModuleDict keys cannot be empty.
-    return suffix.lstrip("_") or "image"

@@ -9,11 +9,11 @@ entries of order 1–10 while Adam moves it by about ``lr`` per step, wants a la
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
 from vitbert.nn import LearnedPosition, RelativePositionBias2D
 
@@ -115,15 +115,12 @@ def build_optimizer(
 def warmup_cosine(
     optimizer: torch.optim.Optimizer, config: OptimizerConfig, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warmup to the peak, then a cosine down to ``min_lr_ratio`` of it."""
+    """Linear warmup to the peak, then a cosine down to ``min_lr_ratio`` of it (every group's own
+    peak), from transformers. Its warmup rises from 0 (step s has ``s / warmup`` of the peak),
+    one step behind the ``(s + 1) / warmup`` this project used before; from the peak on the
+    curves are equal (``tests/lit/test_optim.py``)."""
     warmup = config.warmup_steps
     warmup = int(warmup * total_steps) if 0 < warmup < 1 else int(warmup)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min((step - warmup) / max(total_steps - warmup, 1), 1.0)
-        cosine = 0.5 * (1 + math.cos(math.pi * progress))
-        return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return get_cosine_with_min_lr_schedule_with_warmup(
+        optimizer, num_warmup_steps=warmup, num_training_steps=total_steps,
+        min_lr_rate=config.min_lr_ratio)

@@ -1,10 +1,11 @@
 """Write what ``scripts/train.py predict`` predicts to a JSON Lines file, one example a line.
 
-Each line is one dict from :meth:`vitbert.lit.module.MaskedLMModule.predict_step`: the example's
-index in the split, its masked text, and per masked piece the truth and the top-5 guesses with the
-photo and from the text alone. JSON Lines because a split of 150,000 captions is streamed a batch
-at a time (nothing accumulates here) and is read back a line at a time (``pandas.read_json(path,
-lines=True)``, ``jq``).
+Each line is one record from :meth:`vitbert.lit.module.MaskedLMModule.predict_step`, in the shape
+of ``scripts/predict.py --json`` (:mod:`vitbert.decoding`): the example's index in the split, its
+image id, its masked text, and per masked piece the truth and the top-5 guesses (score, token,
+token_str) with the photo, with another image's photo and from the text alone. JSON Lines because
+a split of 150,000 captions is streamed a batch at a time (nothing accumulates here) and is read
+back a line at a time (``pandas.read_json(path, lines=True)``, ``jq``).
 
 The file appears only when the run finishes: lines go to a temporary file beside it, renamed at the
 end. An interrupted or failed run leaves the previous file (if any) untouched and no partial one.
@@ -34,22 +35,29 @@ class PredictionWriter(BasePredictionWriter):
     """Stream predictions to ``output`` (JSON Lines), atomically.
 
     Args:
-        output: the file to write; its folder is created. With several processes (DDP) each rank
-            writes its own ``<stem>.rank<R><suffix>``, since ranks see disjoint examples.
+        output: the file to write; its folder is created. By default ``predictions.jsonl`` in the
+            run's log folder (``logs/<name>/version_N/``), or in the trainer's root folder when
+            there is no logger. With several processes (DDP) each rank writes its own
+            ``<stem>.rank<R><suffix>``, since ranks see disjoint examples.
     """
 
-    def __init__(self, output: str | Path = "predictions.jsonl") -> None:
+    FILENAME = "predictions.jsonl"
+
+    def __init__(self, output: str | Path | None = None) -> None:
         super().__init__(write_interval="batch")
-        self.output = Path(output)
+        self.output = Path(output) if output is not None else None
         self._file: IO[str] | None = None
         self._open: ExitStack | None = None  # holds the atomic_open of the file being written
         self._count = 0
 
     def target(self, trainer: L.Trainer) -> Path:
+        output = self.output
+        if output is None:
+            folder = getattr(trainer, "log_dir", None) or trainer.default_root_dir
+            output = Path(folder) / self.FILENAME
         if trainer.world_size == 1:
-            return self.output
-        return self.output.with_name(
-            f"{self.output.stem}.rank{trainer.global_rank}{self.output.suffix}")
+            return output
+        return output.with_name(f"{output.stem}.rank{trainer.global_rank}{output.suffix}")
 
     def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._open = ExitStack()

@@ -19,8 +19,26 @@ from typing import Any, Literal
 
 
 @dataclass
-class ImageTowerConfig:
-    """The ViT: which patch embedding, how wide and deep, how to pool, which pixels it expects."""
+class TowerConfig:
+    """The encoder stack both towers share: width, depth, heads, MLP width, regularisation."""
+
+    dim: int = 128
+    """Width of the tower's tokens (image tokens are projected to the text width)."""
+    depth: int = 2
+    """Number of encoder blocks."""
+    num_heads: int = 4
+    """Attention heads per block; ``dim`` must divide by it."""
+    mlp_ratio: float = 4.0
+    """Feed-forward hidden width as a multiple of ``dim``."""
+    drop_path: float = 0.0
+    """Stochastic depth at the last block (rises linearly from 0 at the first)."""
+    norm_eps: float = 1e-6
+    """LayerNorm epsilon."""
+
+
+@dataclass
+class ImageTowerConfig(TowerConfig):
+    """The ViT: its encoder stack, which patch embedding, how to pool, which pixels it expects."""
 
     kind: Literal["vit", "hybrid", "conv_stem"] = "conv_stem"
     """Patch embedding: ``vit`` (a conv patchify), ``hybrid`` (a ResNetV2 feature map, R50+ViT) or
@@ -31,14 +49,6 @@ class ImageTowerConfig:
     """Side of one patch token in pixels; for ``hybrid``, in feature-map cells (1 = every cell)."""
     in_chans: int = 3
     """Colour channels of the input."""
-    dim: int = 128
-    """Width of the image tokens."""
-    depth: int = 2
-    """Number of encoder blocks."""
-    num_heads: int = 4
-    """Attention heads per block; ``dim`` must divide by it."""
-    mlp_ratio: float = 4.0
-    """Feed-forward hidden width as a multiple of ``dim``."""
     class_token: bool = False
     """Prepend a learned class token (needed by ``pool: cls`` and by timm's ViT weights)."""
     pool: Literal["mean", "cls"] = "mean"
@@ -47,10 +57,6 @@ class ImageTowerConfig:
     """ResNetV2 stage depths of the ``hybrid`` front end; () = the stem only."""
     stem_hidden_dim: int = 16
     """Channels of the two 3×3 convs of ``conv_stem``."""
-    drop_path: float = 0.0
-    """Stochastic depth at the last block (rises linearly from 0 at the first)."""
-    norm_eps: float = 1e-6
-    """LayerNorm epsilon."""
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     """Per-channel pixel mean subtracted before the tower; it belongs to the pretrained weights."""
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -68,25 +74,13 @@ class ImageTowerConfig:
 
 
 @dataclass
-class TextTowerConfig:
-    """The BERT: width, depth, longest caption in word pieces, regularisation."""
+class TextTowerConfig(TowerConfig):
+    """The BERT: its encoder stack, the longest caption in word pieces, dropout."""
 
-    dim: int = 128
-    """Width of the text tokens (the image tokens are projected to it)."""
-    depth: int = 2
-    """Number of encoder blocks."""
-    num_heads: int = 4
-    """Attention heads per block; ``dim`` must divide by it."""
-    mlp_ratio: float = 4.0
-    """Feed-forward hidden width as a multiple of ``dim``."""
     max_len: int = 32
     """Longest caption in word pieces, [CLS] and [SEP] included (rows of the position table)."""
     dropout: float = 0.0
     """Dropout on the embeddings, the attention weights and the block outputs."""
-    drop_path: float = 0.0
-    """Stochastic depth at the last block (rises linearly from 0 at the first)."""
-    norm_eps: float = 1e-6
-    """LayerNorm epsilon."""
 
 
 @dataclass

@@ -1,0 +1,104 @@
+"""The evaluation conditions: what the model sees beside each caption. Declared once, here.
+
+Every validation, test and prediction reads each caption three times:
+
+- ``WITH_PHOTO``: with its own photo;
+- ``ANOTHER_PHOTO``: with the photo of a *different* image from the same batch (the control);
+- ``TEXT_ONLY``: with no image tokens at all.
+
+The honest image gain is with-photo minus another-photo: both inputs have image tokens, only the
+photo's content differs. With-photo minus text-only also counts the mere presence of image tokens.
+The metrics (``lit/metrics.py``), the table (``lit/summary.py``), the module and the prediction
+records all iterate over :data:`CONDITIONS` and take names from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+Batch = dict[str, Tensor]
+
+
+def another_photo(image_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """For each caption the batch row of a photo of a different image, and which captions have one.
+
+    A derangement by image id: the distinct ids of the batch, sorted, each send their captions the
+    photo of the next id (the last to the first), taken from the first row that holds it. It never
+    pairs a caption with its own image (several captions of one photo, as in Flickr30k's five,
+    all move together), and it depends on the batch's ids alone, not on a random state: a batch
+    gets the same pairing in every run, worker and DDP rank.
+
+    When every caption of the batch shares one image (a last batch of a few captions) there is no
+    other photo in the batch. Those captions are *left out* of the another-photo reading and
+    counted (the metric ``skipped_mismatch``, in captions), rather than given a photo from
+    elsewhere (a previous batch would make the figure depend on loader order) or their own (which
+    would flatter the control).
+
+    Args:
+        image_ids: (B,) which image each caption describes.
+
+    Returns:
+        source: (B,) long, the row whose photo caption b sees (only meaningful where ``has_other``);
+        has_other: (B,) bool, False for captions with no other image in the batch.
+    """
+    ids, slot = torch.unique(image_ids, sorted=True, return_inverse=True)  # (K,), (B,)
+    rows = torch.arange(len(image_ids), device=image_ids.device)
+    first_row = torch.full_like(ids, len(image_ids)).scatter_reduce(0, slot, rows, "amin")  # (K,)
+    source = first_row[(slot + 1) % len(ids)]  # (B,)
+    has_other = torch.full_like(slot, len(ids) > 1, dtype=torch.bool)
+    return source, has_other
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One way of reading the captions.
+
+    Attributes:
+        key: the name in prediction records and metric containers (``with_image``, ...).
+        suffix: appended to a metric's name (``top1`` + ``_mismatch``); empty for the photo itself.
+        description: the table's row label.
+        view: batch → (the photos to show or None, which captions are read (B,) bool); the photos
+            are for the read captions only.
+    """
+
+    key: str
+    suffix: str
+    description: str
+    view: Callable[[Batch], tuple[Tensor | None, Tensor]]
+
+
+def _every_caption(batch: Batch) -> Tensor:
+    return torch.ones(len(batch["input_ids"]), dtype=torch.bool, device=batch["input_ids"].device)
+
+
+def _another_photos(batch: Batch) -> tuple[Tensor, Tensor]:
+    source, has_other = another_photo(batch["image_id"])
+    return batch["images"][source[has_other]], has_other
+
+
+WITH_PHOTO = Condition("with_image", "", "with the photo",
+                       lambda batch: (batch["images"], _every_caption(batch)))
+ANOTHER_PHOTO = Condition("another_image", "_mismatch", "another image's photo", _another_photos)
+TEXT_ONLY = Condition("text_only", "_text", "text only",
+                      lambda batch: (None, _every_caption(batch)))
+CONDITIONS = (WITH_PHOTO, ANOTHER_PHOTO, TEXT_ONLY)
+
+
+def read(forward: Callable[[Batch, Tensor | None], Tensor], batch: Batch
+         ) -> dict[Condition, tuple[Tensor | None, Tensor]]:
+    """Each condition's reading of ``batch``: (logits (M_c, V) at the targets of the captions it
+    reads, or None when it reads none; which captions it reads (B,) bool).
+
+    ``forward(batch, images)`` is the model's logits at a batch's targets (``images`` None: text
+    only).
+    """
+    readings = {}
+    for condition in CONDITIONS:
+        images, reads = condition.view(batch)
+        seen = batch if reads.all() else {key: value[reads] for key, value in batch.items()}
+        readings[condition] = (forward(seen, images) if reads.any() else None, reads)
+    return readings

@@ -1,0 +1,26 @@
+"""The training objective: cross-entropy at the masked pieces only, each caption with its photo.
+
+Used by :class:`vitbert.lit.module.MaskedLMModule` and by the training-step benchmark
+(``vitbert.bench.step``), so the benchmark times the loss that trains.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vitbert.data.masking import IGNORE_INDEX
+
+Batch = dict[str, Tensor]
+
+
+def masked_logits(net: nn.Module, batch: Batch, images: Tensor | None) -> Tensor:
+    """Logits (M, V) at the targets of ``batch``, each caption seeing ``images`` (or nothing)."""
+    return net(batch["input_ids"], batch["attention_mask"], images=images,
+               target_mask=batch["labels"] != IGNORE_INDEX)
+
+
+def masked_lm_loss(net: nn.Module, batch: Batch) -> Tensor:
+    """Mean cross-entropy over the batch's M targets, each caption seeing its own photo."""
+    logits = masked_logits(net, batch, batch["images"])  # (M, V)
+    return F.cross_entropy(logits.float(), batch["labels"][batch["labels"] != IGNORE_INDEX])
