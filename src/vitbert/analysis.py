@@ -28,13 +28,7 @@ from torch.utils.data import DataLoader
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import load_model
-
-
-def another_photo(image_ids):  # TEMPORARY until lit's vitbert.lit.conditions lands
-    ids, slot = torch.unique(image_ids, sorted=True, return_inverse=True)
-    rows = torch.arange(len(image_ids))
-    first_row = torch.full_like(ids, len(image_ids)).scatter_reduce(0, slot, rows, "amin")
-    return first_row[(slot + 1) % len(ids)], torch.full_like(slot, len(ids) > 1, dtype=torch.bool)
+from vitbert.lit.conditions import another_photo
 
 _COLOURS = """
     black white brown red blue green yellow orange pink purple grey gray tan blond blonde golden
@@ -125,8 +119,7 @@ def read_split(ckpt: str | Path, split: str = "val", root: str | None = None,
     loader, dataset = rebuild_loader(ckpt, split, root, cache_dir)
     out = Readings()
     for batch in loader:
-        image_id = torch.as_tensor(dataset.rows[batch["index"].numpy()])  # (B,) which photo
-        source, has_other = another_photo(image_id)
+        source, has_other = another_photo(batch["image_id"])  # the shared control
         out.skipped_captions += int((~has_other).sum())
         if not has_other.any():
             continue
