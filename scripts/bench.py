@@ -1,9 +1,10 @@
 """Benchmarks, one section each; `--json` prints one JSON object with every section's figures.
 
-    python scripts/bench.py --json               # train, cuda, data, inference (< 5 min on a CPU)
+    python scripts/bench.py --json               # train, cuda, data, inference (~2 min on a CPU)
     python scripts/bench.py --sections data --json
     python scripts/bench.py --sections levers    # or --levers: each lever's before/after
     python scripts/bench.py --levers --compile   # ... including torch.compile (slow to compile)
+    python scripts/bench.py --sections epoch    # or --epoch: a whole epoch vs the obvious pipeline
 
 Sections:
   train      training-step samples/s of our model against timm's VisionTransformer +
@@ -27,14 +28,17 @@ Sections:
              data's vocabulary and at 8000), per-batch padding vs fixed (--fixed-len, capped at
              max_len), SDPA vs textbook attention, fused vs separate q/k/v, fused vs foreach
              AdamW, 1 vs one-per-core threads, and with --compile torch.compile on the CPU.
+  epoch      (not run by default; --epoch, minutes) training end to end, data loading included,
+             on generated 500x375 JPEGs in Karpathy's layout: the obvious pipeline (JPEG Dataset,
+             padding to max length, timm + BertForMaskedLM), ours, and ours with the image tower
+             frozen and read from the feature cache; samples/s, ratios, where the time goes.
+             On a CPU the Flickr30k model at ViT-Ti/16 widths; on CUDA full size, bf16-mixed,
+             eager and torch.compile, MFU (vitbert.bench.epoch).
 
 FLOPs: analytic, 2·m·n·k per matmul (convs as im2col matmuls, attention's two matmuls as
 4·B·L²·D), backward = 2 × forward; see vitbert.bench.flops. Timings are medians over alternating
 rounds; on a shared machine read them with the load averages recorded under "machine".
 --threads 0 (the default) uses 1 intra-op thread when the 1-min load is at least the core count.
-
-To add a section: write `bench_<name>(args, done) -> dict` (``done``: the figures of the sections
-already run), its options in `add_<name>_args`, and register both in SECTIONS.
 """
 
 from __future__ import annotations
@@ -279,6 +283,38 @@ def bench_levers(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, An
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# epoch
+
+
+def add_epoch_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("epoch")
+    g.add_argument("--epoch", action="store_true", help="add the epoch section")
+    g.add_argument("--epoch-images", type=int, default=96, help="generated 500x375 JPEGs")
+    g.add_argument("--epoch-batch", type=int, default=8)
+    g.add_argument("--epoch-workers", type=int, default=2, help="DataLoader workers, each")
+    g.add_argument("--epoch-steps", type=int, default=30,
+                   help="timed steps per contender (the frozen one runs 4x as many)")
+    g.add_argument("--epoch-rounds", type=int, default=5, help="alternating rounds")
+    g.add_argument("--epoch-preset", default="",
+                   help="model preset (default: flickr30k on CUDA, its ViT-Ti/16-wide "
+                        "reduction on a CPU)")
+    g.add_argument("--no-epoch-compile", action="store_true", help="CUDA: skip torch.compile")
+
+
+def bench_epoch(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
+    from vitbert.bench.epoch import epoch_benchmark
+
+    config = preset(args.epoch_preset) if args.epoch_preset else None
+    if config is not None:
+        config.image.pretrained = None
+    return epoch_benchmark(config, n_images=args.epoch_images, batch_size=args.epoch_batch,
+                           workers=args.epoch_workers, steps=args.epoch_steps,
+                           rounds=args.epoch_rounds, compile=not args.no_epoch_compile)
+
+
+# To add a section: write `bench_<name>(args, done) -> dict` (``done``: the figures of the sections
+# already run), its options in `add_<name>_args`, and register both here.
 SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace, dict[str, Any]], dict[str, Any]]]] = {
     "train": (add_train_args, bench_train),
@@ -286,6 +322,7 @@ SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "data": (add_data_args, bench_data),
     "inference": (add_inference_args, bench_inference),
     "levers": (add_levers_args, bench_levers),
+    "epoch": (add_epoch_args, bench_epoch),
 }
 DEFAULT_SECTIONS = ["train", "cuda", "data", "inference"]
 
@@ -314,8 +351,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for add_args, _ in SECTIONS.values():
         add_args(p)
     args = p.parse_args(argv)
-    if args.levers and "levers" not in args.sections:
-        args.sections.append("levers")
+    for flag in ("levers", "epoch"):
+        if getattr(args, flag) and flag not in args.sections:
+            args.sections.append(flag)
     # Sections that read another's figures run after it.
     args.sections.sort(key=list(SECTIONS).index)
     return args

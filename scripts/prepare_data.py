@@ -37,6 +37,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from vitbert.data import flickr30k, shapes
 from vitbert.data.cache import DataError
@@ -86,11 +87,11 @@ def _read_config(args: argparse.Namespace) -> None:
     try:
         cfg = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as e:
-        sys.exit(f"error: --config {args.config}: cannot read it as YAML ({e})")
+        fail(f"--config {args.config}: cannot read it as YAML ({e})")
     source = ((cfg.get("data") or {}).get("source") or {})
     if not str(source.get("class_path", "")).endswith("Flickr30kSource"):
-        sys.exit(f"error: --config {args.config}: data.source is not a Flickr30kSource; this "
-                 f"script prepares Flickr30k (use --format shapes for the shapes data)")
+        fail(f"--config {args.config}: data.source is not a Flickr30kSource; this script "
+             f"prepares Flickr30k (use --format shapes for the shapes data)")
     for key, flag in CONFIG_KEYS.items():
         value = (source.get("init_args") or {}).get(key)
         if getattr(args, flag) is None and value is not None:
@@ -100,8 +101,21 @@ def _read_config(args: argparse.Namespace) -> None:
         args.image_size = int(image["image_size"])
 
 
+def fail(message: str) -> NoReturn:
+    """A mistake the user can fix: one line on stderr, exit status 2 (as every script)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    try:
+        return prepare(args)
+    except DataError as e:
+        fail(str(e))
+
+
+def prepare(args: argparse.Namespace) -> dict:
     if args.format == "shapes":
         meta = shapes.build_cache(args.out or shapes.DEFAULT_ROOT, args.image_size or 32,
                                   args.num_train, args.num_val, args.num_test, args.seed,
@@ -111,13 +125,10 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         if args.from_hub:
             flickr30k.load_from_hub(args.root, args.from_hub)
-        try:
-            full = flickr30k.build_cache(
-                args.root, args.out or flickr30k.DEFAULT_CACHE_DIR, args.image_size or 224,
-                args.format, args.images_dir, args.workers, args.max_bad_fraction,
-                force=args.force)
-        except DataError as e:
-            sys.exit(f"error: {e}")
+        full = flickr30k.build_cache(
+            args.root, args.out or flickr30k.DEFAULT_CACHE_DIR, args.image_size or 224,
+            args.format, args.images_dir, args.workers, args.max_bad_fraction,
+            force=args.force)
         summary = {k: full[k] for k in ("format", "images", "captions", "skipped", "splits")}
     print(json.dumps(summary))
     return summary

@@ -7,6 +7,8 @@ from it, shared by the tests of everything that reads a checkpoint (predict, dem
 through ``vitbert.cli.main`` (not a hand-made state dict) so the tests read a checkpoint exactly as
 ``scripts/train.py fit`` writes it, tokenizer included. Two optimiser steps are enough: those tests
 check shapes, plumbing and errors, not what the model learned.
+
+``karpathy_flickr``: a miniature Flickr30k on disk, for the tests of the photo data path.
 """
 
 import os
@@ -100,3 +102,26 @@ def trained(tmp_path_factory) -> Trained:
 def tiny_cli_args(trained) -> list[str]:
     """The CLI arguments that rebuild the trained model's data and network (for `predict`)."""
     return [*data_args(trained.root), *TINY_NET, *QUIET]
+
+
+@pytest.fixture
+def karpathy_flickr(tmp_path) -> Path:
+    """A miniature Flickr30k in Karpathy's format, with real photographs: 12 photos in
+    ``tmp_path / "flickr"`` (train, val and test), five captions each."""
+    from skimage import data as skdata
+
+    root = tmp_path / "flickr"
+    photos = [skdata.astronaut(), skdata.chelsea(), skdata.coffee()]
+    (root / "flickr30k-images").mkdir(parents=True)
+    words = ["dog", "man", "grass", "street", "red", "blue", "runs", "sits", "ball", "water"]
+    images = []
+    for i in range(12):
+        name = f"{1000000 + i}.jpg"
+        crop = photos[i % 3][i * 9 : i * 9 + 300, i * 7 : i * 7 + 400]
+        Image.fromarray(crop).save(root / "flickr30k-images" / name, quality=85)
+        split = "val" if i % 4 == 1 else "test" if i % 4 == 2 else "train"
+        captions = [f"a {words[(i + k) % 10]} and a {words[(i * k + 3) % 10]} ." for k in range(5)]
+        images.append({"filename": name, "imgid": i, "split": split,
+                       "sentences": [{"raw": c, "tokens": c.split()} for c in captions]})
+    (root / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
+    return root

@@ -7,7 +7,9 @@ Each picture holds a square, a circle and a triangle; the label answers two ques
 "is the square left of the circle?" and "is the triangle above the circle?" (4 classes). The
 model is a conv stem + one attention block with 2D RoPE, with 1, 2, 4 or 8 heads of width 4
 (model width 4 × heads). One head has one softmax, so it must spread one attention pattern over
-both questions; separate heads can each look at one pair.
+both questions; separate heads can each look at one pair. A head of width 4 has one rotating
+pair per axis; :class:`~vitbert.experiments.models.GridRotary2D` turns it slowly enough that its
+sign tells left from right (and above from below) across the whole 10×10 grid.
 
 Writes ``heads.json`` and ``heads.png`` into ``--out``.
 """
@@ -15,64 +17,84 @@ Writes ``heads.json`` and ``heads.png`` into ``--out``.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-import torch
-
-from vitbert.experiments.data import make_shapes
-from vitbert.experiments.models import AttentionClassifier
 from vitbert.experiments.report import (
+    add_workers,
     bar_plot,
     format_table,
     parser,
     print_run,
+    run_jobs,
     setup,
     summarize,
     write_json,
 )
-from vitbert.experiments.train import train_classifier
+
+if TYPE_CHECKING:
+    from vitbert.experiments.train import RunResult
 
 HEADS, HEAD_DIM, STEM_WIDTH = (1, 2, 4, 8), 4, 4
 LR, BATCH = 1e-3, 128
 
 
+def _label(heads: int) -> str:
+    return f"{heads} head{'s' if heads > 1 else ''} × {HEAD_DIM} (width {heads * HEAD_DIM})"
+
+
+def run_one(heads: int, seed: int, args) -> tuple[int, int, RunResult]:
+    """One training (a row of the table, one seed): (heads, seed, result)."""
+    # torch and the models load here, not at the top: --help answers at once.
+    import torch
+
+    from vitbert.experiments.data import make_shapes
+    from vitbert.experiments.models import AttentionClassifier
+    from vitbert.experiments.train import train_classifier
+
+    torch.set_num_threads(args.threads)
+    # One data set for every row and seed (the seed varies the model's init and batch order).
+    train = make_shapes(args.train_size, "two", seed=10_000)
+    test = make_shapes(args.test_size, "two", seed=20_000)
+    torch.manual_seed(seed)
+    model = AttentionClassifier("rope2d", num_classes=4, dim=heads * HEAD_DIM, num_heads=heads,
+                                stem_width=STEM_WIDTH)
+    result = train_classifier(model, (train.images, train.labels), (test.images, test.labels),
+                              args.epochs, lr=LR, batch_size=BATCH, seed=seed)
+    return heads, seed, result
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = parser("heads", __doc__.split("\n")[0], epochs=10, seeds=2)
+    add_workers(p)
     args = p.parse_args(argv)
     setup(args)
     start = time.perf_counter()
 
-    train = make_shapes(args.train_size, "two", seed=10_000)
-    test = make_shapes(args.test_size, "two", seed=20_000)
-
-    rows = []
-    for h in HEADS:
-        label = f"{h} head{'s' if h > 1 else ''} × {HEAD_DIM} (width {h * HEAD_DIM})"
-        accs = []
-        for seed in range(args.seeds):
-            torch.manual_seed(seed)
-            model = AttentionClassifier("rope2d", num_classes=4, dim=h * HEAD_DIM, num_heads=h,
-                                        stem_width=STEM_WIDTH)
-            result = train_classifier(model, (train.images, train.labels),
-                                      (test.images, test.labels), args.epochs, lr=LR,
-                                      batch_size=BATCH, seed=seed)
-            accs.append(result.test_acc)
-            print_run(label, seed, result.test_acc, result.seconds, width=28)
-        rows.append(summarize(f"heads_{h}", label, range(args.seeds), accs, num_heads=h,
-                              head_dim=HEAD_DIM))
+    jobs = [(h, seed, args) for h in HEADS for seed in range(args.seeds)]
+    accs: dict[int, list[float]] = {h: [] for h in HEADS}
+    training = cpu = 0.0
+    for h, seed, run in run_jobs(run_one, jobs, args.workers):
+        print_run(_label(h), seed, run.test_acc, run.seconds, width=28,
+                  cpu_seconds=run.cpu_seconds)
+        accs[h].append(run.test_acc)
+        training, cpu = training + run.seconds, cpu + run.cpu_seconds
+    rows = [summarize(f"heads_{h}", _label(h), range(args.seeds), accs[h], num_heads=h,
+                      head_dim=HEAD_DIM) for h in HEADS]
 
     total = time.perf_counter() - start
     print(format_table(rows, f"Square left of circle × triangle above circle (4 classes), "
                              f"test accuracy (%), {args.epochs} epochs"))
-    cpu = time.process_time()
-    print(f"total {total:.0f} s wall, {cpu:.0f} s CPU")
+    print(f"total {total:.0f} s wall, {training:.0f} s of training in {args.workers} worker(s), "
+          f"{cpu:.0f} s of CPU")
     result = {
         "experiment": "heads",
         "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
                    "test_size": args.test_size, "lr": LR, "batch_size": BATCH,
                    "head_dim": HEAD_DIM, "stem_width": STEM_WIDTH, "position": "rope2d",
-                   "threads": args.threads},
+                   "threads": args.threads, "workers": args.workers},
         "rows": rows,
         "seconds": total,
+        "training_seconds": training,
         "cpu_seconds": cpu,
     }
     write_json(result, args.out / "heads.json")

@@ -17,8 +17,9 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
 from jsonargparse import set_parsing_settings
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import LightningCLI
 
 from vitbert.cli_errors import check_ckpt_path, explain
@@ -26,7 +27,8 @@ from vitbert.data.datamodule import CaptionDataModule
 from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.progress import LogProgress
-from vitbert.lit.summary import ValidationSummary
+from vitbert.lit.resume import ResumeState
+from vitbert.lit.summary import ParameterCount, ValidationSummary
 from vitbert.lit.writer import PredictionWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,8 +54,14 @@ def _loggers() -> list[dict]:
 UNACTIONABLE_WARNINGS = (
     "LightningCLI's args parameter is intended",  # main() passes sys.argv on, with --config added
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # inside Lightning, with a newer torch
+    # A run that stops before its first validation (--trainer.max_steps under an epoch) has no
+    # val/top5 yet; a misspelt --checkpoint.monitor still fails once a validation has run.
+    r"`ModelCheckpoint\(monitor=.*\)` could not find the monitored key",
 )
 UNACTIONABLE_LOG_LINES = ("try installing [litlogger]",)  # an advert, printed by every Trainer
+# validate / test / predict read a checkpoint written elsewhere and save none: which of the
+# checkpoint callback's records are reloaded does not matter to them.
+EVALUATION_WARNINGS = ("The dirpath has changed from",)
 
 
 class _DropLines(logging.Filter):
@@ -62,13 +70,14 @@ class _DropLines(logging.Filter):
 
 
 @contextlib.contextmanager
-def quiet_library_chatter() -> Iterator[None]:
-    """Hide :data:`UNACTIONABLE_WARNINGS` and :data:`UNACTIONABLE_LOG_LINES` while the CLI runs."""
+def quiet_library_chatter(evaluating: bool = False) -> Iterator[None]:
+    """Hide :data:`UNACTIONABLE_WARNINGS` and :data:`UNACTIONABLE_LOG_LINES` while the CLI runs
+    (and :data:`EVALUATION_WARNINGS` when ``evaluating``: not ``fit``)."""
     drop = _DropLines()
     loggers = [logging.getLogger(name) for name in ("lightning.pytorch.utilities.rank_zero",
                                                     "lightning_fabric.utilities.rank_zero")]
     with warnings.catch_warnings():
-        for text in UNACTIONABLE_WARNINGS:
+        for text in UNACTIONABLE_WARNINGS + (EVALUATION_WARNINGS if evaluating else ()):
             warnings.filterwarnings("ignore", message=text)
         for logger in loggers:
             logger.addFilter(drop)
@@ -87,6 +96,21 @@ def _progress() -> dict:
 
 
 class VitBertCLI(LightningCLI):
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):
+            # ValidationSummary prints the figures as a table of conditions × metrics instead
+            # of Lightning's one row per metric, sorted by name (--verbose true shows both).
+            parser.set_defaults(verbose=False)
+        return parser
+
+    def instantiate_trainer(self, **kwargs):
+        trainer = super().instantiate_trainer(**kwargs)
+        # Lightning's own summary (when enabled) becomes one line without the FLOPs that read 0.
+        trainer.callbacks = [ParameterCount() if isinstance(cb, ModelSummary) else cb
+                             for cb in trainer.callbacks]
+        return trainer
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
@@ -110,6 +134,16 @@ class VitBertCLI(LightningCLI):
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
 
+    def _load_weights_only(self) -> None:
+        """``--ckpt_path`` is read with ``torch.load(weights_only=True)``: a checkpoint whose
+        pickle would run code is refused, whatever torch's default (False before 2.6)."""
+        config = self.config_init[self.subcommand]
+        if config.get("weights_only") is None:
+            config["weights_only"] = True
+
+    before_fit = before_validate = before_test = before_predict = _load_weights_only
+
+
 def main(args: list[str] | None = None) -> VitBertCLI:
     """Run the CLI; a mistake the user can fix exits 2 with one line (``--debug``: traceback)."""
     args = list(sys.argv[1:] if args is None else args)
@@ -120,7 +154,7 @@ def main(args: list[str] | None = None) -> VitBertCLI:
         # No config given: the embedded default, which runs anywhere in minutes.
         args[1:1] = ["--config", str(DEFAULT_CONFIG)]
     try:
-        with quiet_library_chatter():
+        with quiet_library_chatter(evaluating=bool(args) and args[0] in subcommands - {"fit"}):
             check_ckpt_path(args)
             return _cli(args)
     except Exception as error:
@@ -131,18 +165,29 @@ def main(args: list[str] | None = None) -> VitBertCLI:
         sys.exit(2)
 
 
-def _cli(args: list[str]) -> VitBertCLI:
+def _embedded_defaults() -> dict:
+    """The seed and Trainer settings of configs/default.yaml: --help shows what a run uses (the
+    model's and the data's class defaults are that file's values; tests/test_cli_defaults.py)."""
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    return {"seed_everything": config["seed_everything"], "trainer": config["trainer"]}
+
+
+def _cli(args: list[str], cli_class: type[VitBertCLI] = VitBertCLI) -> VitBertCLI:
     # The config dataclasses document each field in a docstring under it; --help shows them.
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     progress = _progress()
-    return VitBertCLI(
+    embedded = _embedded_defaults()
+    return cli_class(
         MaskedLMModule,
         CaptionDataModule,
         subclass_mode_data=False,  # one data module; the source varies
+        seed_everything_default=embedded["seed_everything"],
         trainer_defaults={
+            **embedded["trainer"],
             "logger": _loggers(),
             "enable_progress_bar": progress["enable_progress_bar"],
             "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step"),
+                          ResumeState(),  # RNG states in checkpoints; SIGTERM → last.ckpt
                           *progress["callbacks"]],
         },
         save_config_kwargs={"overwrite": True},

@@ -8,6 +8,7 @@ traceback. :func:`explain` decides which is which; ``--debug`` shows the traceba
 
 from __future__ import annotations
 
+import pickle
 import zipfile
 from pathlib import Path
 
@@ -73,6 +74,11 @@ def explain(error: BaseException, args: list[str]) -> str | None:
     if name == "MisconfigurationException" and "gpu" in message.lower():
         return (f"{message.rstrip('!. ')}: this machine has no GPU that torch can use; add "
                 "--trainer.accelerator cpu (and --trainer.devices 1) to run on the CPU")
+    if isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in message:
+        # torch's own text advises weights_only=False, which would run the code: not here.
+        return (f"--ckpt_path {flag_value(args, '--ckpt_path')}: refused, its pickle holds more "
+                "than tensors and plain values (loading it could run code). Pass a .ckpt "
+                "written by scripts/train.py")
     if _is_offline_download(error):
         pretrained = flag_value(args, "--model.net.image.pretrained")
         what = f" {pretrained!r}" if pretrained else ""

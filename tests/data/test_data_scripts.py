@@ -42,9 +42,12 @@ def test_prepare_data_prints_one_json_line(flickr_root, tmp_path, capsys):
     assert set(summary["splits"]) == {"train", "val", "test"}
 
 
-def test_prepare_data_bad_root_exits_with_the_reason(tmp_path):
-    with pytest.raises(SystemExit, match="no Flickr30k annotation file"):
+def test_prepare_data_bad_root_exits_with_the_reason(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
         _load("prepare_data").main(["--root", str(tmp_path), "--out", str(tmp_path / "c")])
+    assert exited.value.code == 2  # a user's mistake, as in every script
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {tmp_path}: no Flickr30k annotation file")
 
 
 def test_prepare_data_default_cache_is_the_one_the_flickr30k_config_reads():
@@ -83,11 +86,14 @@ data:
         assert dm.source.build_cache(16)["rebuilt"] is False  # found current: nothing decoded
 
 
-def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path):
+def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path, capsys):
     config = tmp_path / "shapes.yaml"
     config.write_text("data: {source: {class_path: vitbert.data.ShapesSource}}\n")
-    with pytest.raises(SystemExit, match="not a Flickr30kSource"):
+    with pytest.raises(SystemExit) as exited:
         _load("prepare_data").main(["--config", str(config)])
+    assert exited.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: --config {config}: data.source is not a Flickr30kSource")
 
 
 def test_bench_data_section_json(capsys):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vitbert.experiments.data import COLOURS, make_shapes
+from vitbert.experiments.data import COLOURS, MARGIN, make_shapes
 from vitbert.experiments.scaling import make_recall
 
 
@@ -58,3 +58,13 @@ def test_recall_query_is_one_of_the_keys_and_the_label_is_its_value():
         assert len(set(k.tolist())) == 8
         (pos,) = torch.nonzero(k == q, as_tuple=True)
         assert v[pos].item() == y.item()
+
+
+def test_shapes_keep_the_margin_from_the_picture_edge():
+    """The stem sees 2 px round each pixel: a shape nearer the edge would be cut there."""
+    images = make_shapes(500, "two", seed=4).images
+    edge = torch.ones(40, 40, dtype=torch.bool)
+    edge[MARGIN:-MARGIN, MARGIN:-MARGIN] = False
+    assert (images[:, :, edge] == 0).all()
+    # …and they do come as close as that: the margin is not wider than it says.
+    assert (images[:, :, MARGIN, :] != 0).any() and (images[:, :, :, -MARGIN - 1] != 0).any()

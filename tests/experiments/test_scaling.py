@@ -25,13 +25,29 @@ def test_at_width_one_the_scale_changes_nothing():
     assert max_gate(1, scale=True, trials=300) == max_gate(1, scale=False, trials=300)
 
 
-def test_recall_model_unscaled_scores_are_sqrt_d_times_the_scaled_ones():
+def _attention_by_hand(model: RecallModel, inputs: torch.Tensor, scale: float) -> torch.Tensor:
+    """The recall model's logits, with its attention written out: softmax(q·kᵀ · scale) v."""
+    P = (inputs.shape[1] - 1) // 2
+    tokens = model.key_emb(inputs[:, 1:1 + P]) + model.value_emb(inputs[:, 1 + P:])
+    x = model.norm(torch.cat((model.query_emb(inputs[:, :1]), tokens), dim=1))  # (B, 1 + P, D)
+    q, k, v = model.attn.qkv(x).chunk(3, dim=-1)  # one head: (B, 1 + P, D) each
+    weights = (q @ k.transpose(-2, -1) * scale).softmax(-1)
+    return model.head(model.attn.proj(weights @ v)[:, 0])
+
+
+def test_recall_model_divides_the_scores_by_sqrt_d_exactly_when_asked():
+    """Through ``forward`` (the fused SDPA path): the scores are q·k/√d with the scale and q·k
+    without it. Dropping, doubling or misplacing the factor fails one of the two checks."""
     torch.manual_seed(0)
-    scaled = RecallModel(dim=64, scale=True)
-    unscaled = RecallModel(dim=64, scale=False)
+    dim = 64
+    scaled = RecallModel(dim=dim, scale=True)
+    unscaled = RecallModel(dim=dim, scale=False)
     unscaled.load_state_dict(scaled.state_dict())
-    assert unscaled.attn.scale == 1.0 and scaled.attn.scale == 64**-0.5
     inputs, _ = make_recall(8, seed=0)
-    assert scaled(inputs).shape == (8, 16)
-    # Same weights, different score temperature: the outputs differ.
-    assert not torch.allclose(scaled(inputs), unscaled(inputs))
+    with torch.no_grad():
+        for model, factor in ((scaled, dim**-0.5), (unscaled, 1.0)):
+            assert torch.allclose(model(inputs), _attention_by_hand(model, inputs, factor),
+                                  atol=1e-5)
+        # The two temperatures are far enough apart that the check above can tell them apart.
+        assert not torch.allclose(_attention_by_hand(scaled, inputs, 1.0),
+                                  _attention_by_hand(scaled, inputs, dim**-0.5), atol=1e-3)

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from PIL import Image
-from skimage import data as skdata
 from tiny_run import TINY_MODEL, tiny_shapes
 
 from vitbert.cli import main
 from vitbert.io import TOKENIZER_KEY, load_model, read_checkpoint
+from vitbert.lit.conditions import CONDITIONS
 
 
 def fit(tmp: Path, *extra: str, steps: int = 16, run: str = "run"):
@@ -143,26 +141,8 @@ def test_bf16_mixed_training_steps_are_finite(tmp_path, monkeypatch):
     assert next(cli.model.net.parameters()).dtype == torch.float32  # weights stay fp32
 
 
-def write_karpathy_flickr(root: Path, num_images: int = 12) -> None:
-    """A miniature Flickr30k in Karpathy's format, with real photographs."""
-    photos = [skdata.astronaut(), skdata.chelsea(), skdata.coffee()]
-    (root / "flickr30k-images").mkdir(parents=True)
-    words = ["dog", "man", "grass", "street", "red", "blue", "runs", "sits", "ball", "water"]
-    images = []
-    for i in range(num_images):
-        name = f"{1000000 + i}.jpg"
-        crop = photos[i % 3][i * 9 : i * 9 + 300, i * 7 : i * 7 + 400]
-        Image.fromarray(crop).save(root / "flickr30k-images" / name, quality=85)
-        split = "val" if i % 4 == 1 else "test" if i % 4 == 2 else "train"
-        captions = [f"a {words[(i + k) % 10]} and a {words[(i * k + 3) % 10]} ." for k in range(5)]
-        images.append({"filename": name, "imgid": i, "split": split,
-                       "sentences": [{"raw": c, "tokens": c.split()} for c in captions]})
-    (root / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
-
-
-def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
+def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch, karpathy_flickr):
     monkeypatch.chdir(tmp_path)
-    write_karpathy_flickr(tmp_path / "flickr")
     config = Path(__file__).resolve().parents[2] / "configs" / "flickr30k.yaml"
     small = [
         "--model.net.image.image_size", "32", "--model.net.image.patch_size", "16",
@@ -173,7 +153,7 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch):
     ]
     cli = main([
         "fit", "--config", str(config), *small,
-        "--data.source.init_args.root", str(tmp_path / "flickr"),
+        "--data.source.init_args.root", str(karpathy_flickr),
         "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
         "--data.batch_size", "4", "--data.num_workers", "0",
         "--data.source.init_args.prepare_workers", "0",
@@ -279,3 +259,24 @@ def test_validate_prints_examples_at_the_checkpoints_step(trained, tmp_path, mon
         assert len(masks) == text.count("[MASK]") >= 1
         for n, line in enumerate(masks, start=1):
             assert line.startswith(f"    [MASK] {n}: truth ") and line.count("|") == 2
+
+
+@pytest.mark.parametrize("subcommand, stage, title", [("validate", "val", "Validation"),
+                                                      ("test", "test", "Test")])
+def test_validate_and_test_end_with_the_table_fit_ends_with(
+        trained, tmp_path, monkeypatch, capsys, subcommand, stage, title):
+    """Conditions as rows, metrics as columns, the checkpoint's step; not Lightning's table."""
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    cli = main([subcommand, *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--model.num_examples", "0",
+                "--trainer.enable_progress_bar", "false",
+                "--ckpt_path", str(tmp / "run" / "checkpoints" / "last.ckpt")])
+    out = capsys.readouterr().out
+    assert "DataLoader 0" not in out  # Lightning's one row per metric
+    table = out[out.index(f"{title} after 16 steps:"):].splitlines()[1:]
+    assert table[0].split()[:2] == ["loss", "top1"]
+    rows = table[2:2 + len(CONDITIONS)]
+    assert [row[:26].strip() for row in rows] == [c.description for c in CONDITIONS]
+    # The figures are this run's: the with-photo row's loss is the logged one.
+    loss = float(cli.trainer.callback_metrics[f"{stage}/loss"])
+    assert rows[0][26:].split()[0] == f"{loss:.4f}"

@@ -7,4 +7,5 @@ alternating step timing, the levers, fill-mask inference and the CUDA figures.
     inference  FillMask queries/s and latency, with and without the photo
     data       cached loader vs decoding every JPEG, memmap vs Arrow storage
     cuda       bf16-mixed, MFU against a table of device peaks, torch.compile on/off
+    epoch      a whole epoch, data loading included: the obvious pipeline, ours, ours frozen
 """

@@ -9,6 +9,7 @@ size) cut from scikit-image's bundled photos, with a results_20130124.token file
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,10 +24,26 @@ from torch.utils.data import DataLoader, Dataset
 from vitbert.data import flickr30k
 from vitbert.data.cache import CaptionDataset, decode_image
 
+# Caption words for generated annotations: Flickr-like lengths and about ninety words.
+_WORDS = ("a an the man woman boy girl child dog dogs people group two three young old little "
+          "black white red blue green yellow brown orange pink large small wearing shirt hat "
+          "jacket dress playing running walking sitting standing riding jumping holding looking "
+          "street water grass beach snow field road building park crowd ball bike bicycle car "
+          "camera guitar stage table front near next on in at of with while and into over under "
+          "his her their is are")
+
+
+def caption_text(rng: np.random.Generator) -> str:
+    """A caption of 6 to 20 words (Flickr30k's average is about 12)."""
+    n = int(np.clip(rng.normal(12, 4), 6, 20))
+    return " ".join(rng.choice(_WORDS.split(), n)) + " ."
+
 
 def make_jpeg_folder(root: str | Path, n: int = 256, size: tuple[int, int] = (500, 375),
-                     seed: int = 0) -> Path:
-    """A Flickr-like root of n JPEGs (random crops of real photos) and a token annotation file."""
+                     seed: int = 0, layout: str = "token") -> Path:
+    """A Flickr-like root of n JPEGs (random crops of real photos) and 5 captions each, as a
+    results_20130124.token file (``layout="token"``) or Karpathy's dataset_flickr30k.json
+    (``"karpathy"``: 1 in 20 photos val, 1 in 20 test, the rest train)."""
     from skimage import data as skdata
 
     root = Path(root)
@@ -34,7 +51,7 @@ def make_jpeg_folder(root: str | Path, n: int = 256, size: tuple[int, int] = (50
     folder.mkdir(parents=True, exist_ok=True)
     photos = [skdata.astronaut(), skdata.chelsea(), skdata.coffee(), skdata.rocket()]
     rng = np.random.default_rng(seed)
-    lines = []
+    lines, records = [], []
     for i in range(n):
         p = photos[i % len(photos)]
         h, w = p.shape[:2]
@@ -42,8 +59,22 @@ def make_jpeg_folder(root: str | Path, n: int = 256, size: tuple[int, int] = (50
         y, x = int(rng.integers(h - ch + 1)), int(rng.integers(w - cw + 1))
         Image.fromarray(p[y : y + ch, x : x + cw]).resize(size).save(folder / f"{i}.jpg",
                                                                      quality=90)
-        lines += [f"{i}.jpg#{k}\tphoto number {i} caption {k} .\n" for k in range(5)]
-    (root / "results_20130124.token").write_text("".join(lines))
+        if layout == "token":
+            lines += [f"{i}.jpg#{k}\tphoto number {i} caption {k} .\n" for k in range(5)]
+        else:
+            captions = [caption_text(rng) for _ in range(5)]
+            split = "val" if i % 20 == 1 else "test" if i % 20 == 2 else "train"
+            records.append({"filename": f"{i}.jpg", "imgid": i, "split": split,
+                            "sentences": [{"raw": c, "tokens": c.split(), "imgid": i,
+                                           "sentid": 5 * i + k}
+                                          for k, c in enumerate(captions)]})
+    if layout == "token":
+        (root / "results_20130124.token").write_text("".join(lines))
+    elif layout == "karpathy":
+        (root / "dataset_flickr30k.json").write_text(
+            json.dumps({"images": records, "dataset": "flickr30k"}))
+    else:
+        raise ValueError(f"layout={layout!r}: choose token or karpathy")
     return root
 
 

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from vitbert.bench.flops import num_image_tokens, reference_step_flops, vitbert_step_flops
 from vitbert.bench.reference import ReferenceModel
+from vitbert.data.features import batch_image, image_argument
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups
@@ -169,7 +170,8 @@ def vitbert_loss(model: nn.Module, batch: Batch, full_logits: bool = False) -> T
     every word position and CE with ``ignore_index``."""
     if not full_logits:
         return masked_lm_loss(model, batch)
-    logits = model(batch["input_ids"], batch["attention_mask"], images=batch["images"])
+    image = image_argument(batch, batch_image(batch))  # pixels, or a frozen tower's features
+    logits = model(batch["input_ids"], batch["attention_mask"], **image)
     return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
                            ignore_index=IGNORE_INDEX)
 

@@ -103,7 +103,8 @@ def decode_image(path: str | Path, size: int) -> np.ndarray:
                 # libjpeg decodes at 1/2, 1/4 or 1/8 scale when the target is small: 3-5x faster
                 img.draft("RGB", (size, size))
             img.load()
-            return resize_center_crop(to_rgb(img), size)
+            # A phone photo stored sideways with an EXIF Orientation tag: turn it upright.
+            return resize_center_crop(to_rgb(ImageOps.exif_transpose(img)), size)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
         raise BadImageError(f"cannot decode: {e}") from e
 

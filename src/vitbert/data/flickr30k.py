@@ -40,6 +40,7 @@ from typing import Any
 
 from . import cache
 from .cache import DataError
+from .lock import one_builder
 
 ANNOTATION_FILES = {
     "karpathy": "dataset_flickr30k.json",
@@ -85,8 +86,9 @@ def detect(root: str | Path, fmt: str = "auto") -> tuple[str, Path]:
     """Find the annotation file: returns (format, path). Looks in root and one folder below."""
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"data root {root} is not a folder; pass --data.root / --root pointing at "
-                        f"the folder holding the Flickr30k images and annotation file")
+        raise DataError(f"data root {root} is not a folder; point --data.source.init_args.root "
+                        f"(train.py) or --root (prepare_data.py) at the folder holding the "
+                        f"Flickr30k photos and annotation file")
     wanted = FORMATS if fmt == "auto" else (fmt,)
     if fmt != "auto" and fmt not in FORMATS:
         raise DataError(f"format {fmt!r} is not one of auto, {', '.join(FORMATS)}")
@@ -180,7 +182,7 @@ def parse_kaggle(path: Path) -> Parsed:
 def parse_karpathy(path: Path) -> Parsed:
     """Karpathy's dataset_flickr30k.json: images[] with filename, split, sentences[] raw/tokens."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM is tolerated
         images = data["images"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise DataError(f"{path}: not Karpathy's format (a JSON object with an 'images' list):"
@@ -234,7 +236,10 @@ def read_annotations(root: str | Path, fmt: str = "auto", val_fraction: float = 
                      test_fraction: float = TEST_FRACTION) -> tuple[str, Path, Parsed]:
     """Detect, parse, assign splits, drop empty captions (recorded in `bad_captions`)."""
     fmt, path = detect(root, fmt)
-    parsed = PARSERS[fmt](path)
+    try:
+        parsed = PARSERS[fmt](path)
+    except UnicodeDecodeError as error:
+        raise _not_utf8(path) from error
     for r in parsed.records:
         if r.split is None:
             r.split = hash_split(r.file, val_fraction, test_fraction)
@@ -242,6 +247,18 @@ def read_annotations(root: str | Path, fmt: str = "auto", val_fraction: float = 
         parsed.bad_captions += [f"{r.file}: empty caption"] * (len(r.captions) - len(good))
         r.captions = good
     return fmt, path, parsed
+
+
+def _not_utf8(path: Path) -> DataError:
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8-sig")
+        where = ""
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        where = f" at line {line} (byte {error.start})"
+    return DataError(f"{path}: not UTF-8{where}. Re-save it as UTF-8, e.g. "
+                     f"iconv -f latin1 -t utf-8 {path.name} > fixed && mv fixed {path.name}")
 
 
 # ----------------------------------------------------------------------------- the cache
@@ -349,6 +366,7 @@ def caption_table(src: Flickr30kCopy,
     return rows, texts, splits
 
 
+@one_builder("out")
 def build_cache(
     root: str | Path,
     out: str | Path,

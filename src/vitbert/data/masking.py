@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
+from .resume import MASK_KEY
+
 # Function words and punctuation: most masked pieces are these, and they say little about the
 # picture. `content_mask` in a batch marks targets that are pieces of any *other* word, so the
 # model's accuracy can be reported on the words that need looking.
@@ -39,6 +41,7 @@ class MLMCollator:
     `images` uint8 (B, 3, S, S), `input_ids` long (B, T), `attention_mask` bool (B, T),
     `labels` long (B, T) (-100 where not a target), `content_mask` bool (B, T), `index` long (B,),
     `image_id` long (B,) (the item's cache `row`: which photo).
+    Items with `image_features` (N, D_img) instead of `image` give `image_features` (B, N, D_img).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
     """
 
@@ -75,9 +78,15 @@ class MLMCollator:
         # Random replacements are drawn from ordinary pieces only, never from special tokens.
         self._random_ids = np.array([i for i in range(len(tokenizer)) if i not in special])
 
-    def _rngs(self, indices: list[int]) -> list[np.random.Generator]:
+    def _rngs(self, items: list[dict[str, Any]]) -> list[np.random.Generator]:
+        indices = [int(it["index"]) for it in items]
         if self.deterministic:  # the mask of an example depends on (seed, its index) only
-            return [np.random.default_rng([self.seed, int(i)]) for i in indices]
+            return [np.random.default_rng([self.seed, i]) for i in indices]
+        if all(MASK_KEY in it for it in items):  # training (vitbert.data.resume): a fresh mask
+            # every epoch that depends on (seed, shuffle seed, epoch, index) only, so a resumed
+            # run draws the masks the uninterrupted one would have, whatever the workers.
+            return [np.random.default_rng([self.seed, *it[MASK_KEY], i])
+                    for it, i in zip(items, indices, strict=True)]
         # One generator per batch, seeded from torch's RNG, which Lightning seeds per worker.
         rng = np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
         return [rng] * len(indices)
@@ -134,7 +143,7 @@ class MLMCollator:
         labels = np.full_like(input_ids, IGNORE_INDEX)  # (B, T)
         content_mask = np.zeros(input_ids.shape, dtype=bool)  # (B, T)
 
-        for b, rng in enumerate(self._rngs(indices)):
+        for b, rng in enumerate(self._rngs(items)):
             word_ids = enc.word_ids(b)
             is_content = self._content_positions(captions[b], word_ids, b, enc)  # (T,)
             pos = self._choose_targets(word_ids, is_content, rng)
@@ -150,8 +159,12 @@ class MLMCollator:
                 input_ids[b, to_rand] = rng.choice(self._random_ids, size=len(to_rand))
             content_mask[b, pos] = is_content[pos]
 
+        if "image_features" in items[0]:  # a frozen tower's cached output (data.features)
+            photos = {"image_features": torch.stack([it["image_features"] for it in items])}
+        else:  # (B, 3, S, S) uint8 pixels
+            photos = {"images": torch.stack([self._image(it["image"]) for it in items])}
         return {
-            "images": torch.stack([self._image(it["image"]) for it in items]),  # (B, 3, S, S)
+            **photos,
             "input_ids": torch.from_numpy(input_ids),
             "attention_mask": torch.from_numpy(enc["attention_mask"].astype(bool)),
             "labels": torch.from_numpy(labels),

@@ -30,6 +30,7 @@ from tokenizers import (
 from transformers import PreTrainedTokenizerFast
 
 from .files import atomic_write
+from .lock import build_lock
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, UNK, CLS, SEP, MASK = SPECIAL_TOKENS
@@ -116,6 +117,18 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
 def save_tokenizer(tok: PreTrainedTokenizerFast, path: str | Path) -> Path:
     """Write the tokenizer.json to `path` atomically (parallel ranks may race to write it)."""
     return atomic_write(path, tokenizer_to_json(tok))
+
+
+def cached_wordpiece(texts: list[str], vocab_size: int, min_frequency: int,
+                     path: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer at ``path``, trained on ``texts`` and saved there first if it is missing.
+    One process trains it; others (DDP ranks) wait for the lock and load what it saved."""
+    path = Path(path)
+    if not path.is_file():
+        with build_lock(path.parent):
+            if not path.is_file():
+                save_tokenizer(train_wordpiece(texts, vocab_size, min_frequency), path)
+    return load_tokenizer(path)
 
 
 def tokenizer_to_json(tok: PreTrainedTokenizerFast) -> str:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 IMAGE_SIZE = 40
+MARGIN = 2  # background pixels kept round every shape at the picture's edge (see _place)
 COLOURS = {"square": (1.0, 0.2, 0.2), "circle": (0.2, 1.0, 0.2), "triangle": (0.3, 0.4, 1.0)}
 NUM_CLASSES = {"left": 2, "two": 4}
 
@@ -38,8 +39,14 @@ class ShapesData:
 
 
 def _place(n: int, shapes: list[str], radius: Tensor, gen: torch.Generator) -> dict[str, Tensor]:
-    """Centres (n, 2) per shape, non-overlapping, found by redrawing the rows that collide."""
-    lo, hi = radius.max().item(), IMAGE_SIZE - 1 - radius.max().item()
+    """Centres (n, 2) per shape, non-overlapping, found by redrawing the rows that collide.
+
+    Every shape keeps ``MARGIN`` background pixels from the picture's edge: the attention
+    models' stem sees 2 pixels around each pixel, so a shape closer to the edge would lose part
+    of its outline there, a cue to where it stands that no position scheme put in.
+    """
+    lo = radius.max().item() + MARGIN
+    hi = IMAGE_SIZE - lo
     centres = {s: torch.empty(n, 2) for s in shapes}
     todo = torch.arange(n)
     while len(todo):
@@ -58,6 +65,27 @@ def _place(n: int, shapes: list[str], radius: Tensor, gen: torch.Generator) -> d
 def _round_apart(centres: dict[str, Tensor], a: str, b: str, axis: int, gap: float) -> Tensor:
     """Rows where shape a and b are at least ``gap`` apart along ``axis`` (x = 0, y = 1)."""
     return (centres[a][:, axis] - centres[b][:, axis]).abs() >= gap
+
+
+def draw(centres: dict[str, Tensor], radius: Tensor) -> Tensor:
+    """Pictures (n, 3, 40, 40) of the shapes named in ``centres`` ((n, 2) as (x, y) pixels each),
+    with half-widths ``radius`` (n, shapes) in the same order, on a black background."""
+    n = radius.shape[0]
+    images = torch.zeros(n, 3, IMAGE_SIZE, IMAGE_SIZE)
+    coord = torch.arange(IMAGE_SIZE, dtype=torch.float32) + 0.5  # pixel centres
+    y, x = coord[None, :, None], coord[None, None, :]  # broadcast to (n, 40, 40)
+    for i, s in enumerate(centres):
+        cx, cy = centres[s][:, 0, None, None], centres[s][:, 1, None, None]
+        r = radius[:, i, None, None]
+        if s == "square":
+            inside = ((x - cx).abs() <= r) & ((y - cy).abs() <= r)
+        elif s == "circle":
+            inside = (x - cx) ** 2 + (y - cy) ** 2 <= r**2
+        else:  # apex up: the half-width grows from 0 at the top to r at the bottom
+            inside = ((y - cy).abs() <= r) & ((x - cx).abs() <= (y - cy + r) / 2)
+        colour = torch.tensor(COLOURS[s])[None, :, None, None]
+        images = torch.where(inside[:, None], colour, images)  # (n, 3, 40, 40)
+    return images
 
 
 def make_shapes(
@@ -87,20 +115,7 @@ def make_shapes(
     centres = {s: torch.cat(c)[:n] for s, c in keep_centres.items()}
     radius = torch.cat(keep_radius)[:n]
 
-    images = torch.zeros(n, 3, IMAGE_SIZE, IMAGE_SIZE)
-    coord = torch.arange(IMAGE_SIZE, dtype=torch.float32) + 0.5  # pixel centres
-    y, x = coord[None, :, None], coord[None, None, :]  # broadcast to (n, 40, 40)
-    for i, s in enumerate(shapes):
-        cx, cy = centres[s][:, 0, None, None], centres[s][:, 1, None, None]
-        r = radius[:, i, None, None]
-        if s == "square":
-            inside = ((x - cx).abs() <= r) & ((y - cy).abs() <= r)
-        elif s == "circle":
-            inside = (x - cx) ** 2 + (y - cy) ** 2 <= r**2
-        else:  # apex up: the half-width grows from 0 at the top to r at the bottom
-            inside = ((y - cy).abs() <= r) & ((x - cx).abs() <= (y - cy + r) / 2)
-        colour = torch.tensor(COLOURS[s])[None, :, None, None]
-        images = torch.where(inside[:, None], colour, images)  # (n, 3, 40, 40)
+    images = draw(centres, radius)
 
     left = (centres["square"][:, 0] < centres["circle"][:, 0]).long()
     labels = left

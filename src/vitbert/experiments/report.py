@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import torch
 
 
 def parser(name: str, description: str, epochs: int, seeds: int,
@@ -32,14 +32,40 @@ def parser(name: str, description: str, epochs: int, seeds: int,
     return p
 
 
+def add_workers(p: argparse.ArgumentParser) -> None:
+    """``--workers``: trainings side by side, one process and (by default) one thread each."""
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="trainings run side by side, one process each (with --threads each)")
+    p.set_defaults(threads=1)  # one thread per worker: the workers share the cores
+
+
+def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int) -> Iterator[Any]:
+    """``fn(*job)`` for every job, in order, in ``workers`` forked processes (or here, for 1).
+
+    The trainings are independent and a small model uses one core badly, so running them side
+    by side, one thread each, is what makes a full table fit in minutes on a small CPU.
+    """
+    if workers <= 1:
+        yield from (fn(*job) for job in jobs)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(fn, *job) for job in jobs]
+        yield from (future.result() for future in futures)
+
+
 def setup(args: argparse.Namespace) -> None:
+    import torch  # here, not at the top: an experiment's --help stays instant
+
     torch.set_num_threads(max(args.threads, 1))
     args.out.mkdir(parents=True, exist_ok=True)
 
 
-def print_run(label: str, seed: int, test_acc: float, seconds: float, width: int = 32) -> None:
-    """One finished training, as it happens: label, seed, test accuracy, time."""
-    print(f"  {label:{width}s} seed {seed}: {100 * test_acc:5.1f}%  ({seconds:.0f} s)", flush=True)
+def print_run(label: str, seed: int, test_acc: float, seconds: float, width: int = 32,
+              cpu_seconds: float | None = None) -> None:
+    """One finished training, as it happens: label, seed, test accuracy, time (and CPU time)."""
+    cpu = f", {cpu_seconds:.0f} s CPU" if cpu_seconds is not None else ""
+    print(f"  {label:{width}s} seed {seed}: {100 * test_acc:5.1f}%  ({seconds:.0f} s{cpu})",
+          flush=True)
 
 
 def summarize(key: str, label: str, seeds: Sequence[int], accs: Sequence[float],

@@ -18,6 +18,7 @@ from vitbert.io.files import (
     WEIGHTS_FILE,
     CheckpointError,
     StoredModel,
+    check_same_vocabulary,
     read_checkpoint,
     write_exported,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "CheckpointError",
     "StoredModel",
     "TransferReport",
+    "check_same_vocabulary",
     "export",
     "initialize",
     "load_image_weights",

@@ -78,6 +78,21 @@ def read_checkpoint(path: str | Path) -> StoredModel:
     return StoredModel(config, state_dict, checkpoint.get(TOKENIZER_KEY), str(path))
 
 
+def check_same_vocabulary(stored_json: str, tokenizer) -> None:
+    """Refuse to run a checkpoint's weights with another vocabulary: the ids would mean other
+    words (and, same size or not, every guess would be wrong without an error)."""
+    from vitbert.data.tokenizer import tokenizer_from_json
+
+    stored = tokenizer_from_json(stored_json).get_vocab()
+    if stored != tokenizer.get_vocab():
+        raise CheckpointError(
+            f"the checkpoint's vocabulary ({len(stored)} pieces) is not the data's tokenizer's "
+            f"({len(tokenizer)} pieces). Use the tokenizer the model was trained with "
+            "(--data.tokenizer, or the same data), or scripts/predict.py, which "
+            "reads the checkpoint's own; to train on a new vocabulary use --model.init_from."
+        )
+
+
 def load_tensors_file(path: Path) -> Any:
     """``torch.load`` of a pickle that may hold only tensors and plain values, on the CPU."""
     try:

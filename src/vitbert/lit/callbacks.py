@@ -184,7 +184,20 @@ class LastCheckpoint(L.Callback):
     def _save(self, trainer: L.Trainer) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
-        trainer.save_checkpoint(Path(self.dirpath) / self.FILENAME)
+        self.save(trainer)
+
+    def save(self, trainer: L.Trainer) -> Path:
+        """Write it now (every rank calls this). Lightning writes to a temporary file and renames
+        it, so a kill or a full disk mid-write leaves the previous last.ckpt whole."""
+        path = Path(self.dirpath) / self.FILENAME
+        try:
+            # Everything, to resume from; said explicitly (left unset, Lightning logs a warning).
+            trainer.save_checkpoint(path, weights_only=False)
+        except OSError as error:  # a full disk, a read-only or vanished folder
+            raise OSError(error.errno, f"cannot write {path} ({error.strerror or error}); free "
+                          "some space or pass a writable --checkpoint.dirpath. The previous "
+                          f"{self.FILENAME}, if any, is untouched") from error
+        return path
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         step = trainer.global_step
@@ -241,3 +254,27 @@ def format_examples(records: list[dict[str, Any]], step: int) -> str:
             lines.append(f"    [MASK] {mask['index'] + 1}: truth {mask['truth']!r:<12} "
                          + "  |  ".join(readings))
     return "\n".join(lines)
+
+
+class FrozenImageTower(L.Callback):
+    """Keeps the image tower fixed: for the first ``steps`` optimiser steps, or for the whole run.
+
+    The first lets a fresh projector and text tower settle before a pretrained tower is moved.
+    The second (``whole_run``) makes the tower a fixed function of the photo, so its output is
+    computed once per photo into the feature cache (``vitbert.data.features``) at fit start,
+    after every weight load (pretrained, fine-tune, resume), and training never runs the tower.
+    """
+
+    def __init__(self, steps: int = 0, whole_run: bool = False) -> None:
+        super().__init__()
+        self.steps, self.whole_run = steps, whole_run
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.whole_run:
+            from vitbert.data.features import attach_image_features
+
+            attach_image_features(trainer, pl_module.net)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
+        if self.steps and not self.whole_run:
+            pl_module.net.image_tower.requires_grad_(trainer.global_step >= self.steps)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from vitbert.data.features import batch_image
+
 Batch = dict[str, Tensor]
 
 
@@ -77,11 +79,11 @@ def _every_caption(batch: Batch) -> Tensor:
 
 def _another_photos(batch: Batch) -> tuple[Tensor, Tensor]:
     source, has_other = another_photo(batch["image_id"])
-    return batch["images"][source[has_other]], has_other
+    return batch_image(batch)[source[has_other]], has_other
 
 
 WITH_PHOTO = Condition("with_image", "", "with the photo",
-                       lambda batch: (batch["images"], _every_caption(batch)))
+                       lambda batch: (batch_image(batch), _every_caption(batch)))
 ANOTHER_PHOTO = Condition("another_image", "_mismatch", "another image's photo", _another_photos)
 TEXT_ONLY = Condition("text_only", "_text", "text only",
                       lambda batch: (None, _every_caption(batch)))

@@ -9,18 +9,23 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitbert.data.features import batch_image, image_argument
 from vitbert.data.masking import IGNORE_INDEX
 
 Batch = dict[str, Tensor]
 
 
 def masked_logits(net: nn.Module, batch: Batch, images: Tensor | None) -> Tensor:
-    """Logits (M, V) at the targets of ``batch``, each caption seeing ``images`` (or nothing)."""
-    return net(batch["input_ids"], batch["attention_mask"], images=images,
+    """Logits (M, V) at the targets of ``batch``, each caption seeing ``images`` (or nothing).
+
+    ``images`` are pixels, or a frozen tower's cached features when the batch carries those
+    (``vitbert.data.features``); the model is called with the keyword that fits.
+    """
+    return net(batch["input_ids"], batch["attention_mask"], **image_argument(batch, images),
                target_mask=batch["labels"] != IGNORE_INDEX)
 
 
 def masked_lm_loss(net: nn.Module, batch: Batch) -> Tensor:
     """Mean cross-entropy over the batch's M targets, each caption seeing its own photo."""
-    logits = masked_logits(net, batch, batch["images"])  # (M, V)
+    logits = masked_logits(net, batch, batch_image(batch))  # (M, V)
     return F.cross_entropy(logits.float(), batch["labels"][batch["labels"] != IGNORE_INDEX])

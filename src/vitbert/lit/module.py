@@ -17,8 +17,8 @@ from torch import Tensor
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
-from vitbert.io import TOKENIZER_KEY, initialize
-from vitbert.lit.callbacks import ExamplePredictions
+from vitbert.io import TOKENIZER_KEY, check_same_vocabulary, initialize
+from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_lm_loss, masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
@@ -39,6 +39,9 @@ class MaskedLMModule(L.LightningModule):
             by token text, so the vocabulary may differ. Ignored when resuming (``--ckpt_path``).
         freeze_image_tower_steps: keep the image tower fixed for the first N optimiser steps
             (lets a fresh projector and text tower settle before a pretrained tower is moved).
+        freeze_image_tower: keep the image tower fixed for the whole run; its output per photo is
+            then computed once at fit start into a feature cache beside the image cache
+            (`vitbert.data.features`) and training never runs the tower.
         num_examples: example predictions printed at each validation.
     """
 
@@ -46,7 +49,7 @@ class MaskedLMModule(L.LightningModule):
                  vocab_size: int = 0, pad_token_id: int = 0,
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
-                 num_examples: int = 4) -> None:
+                 num_examples: int = 3, freeze_image_tower: bool = False) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -57,9 +60,11 @@ class MaskedLMModule(L.LightningModule):
         self.save_hyperparameters({  # plain values only: loads with weights_only=True
             "net": net.to_dict(), "vocab_size": net.vocab_size, "pad_token_id": net.pad_token_id,
             "optimizer": dataclasses.asdict(optimizer), "init_from": init_from,
-            "freeze_image_tower_steps": freeze_image_tower_steps, "num_examples": num_examples})
+            "freeze_image_tower_steps": freeze_image_tower_steps, "num_examples": num_examples,
+            "freeze_image_tower": freeze_image_tower})
         # Pretrained image weights load in setup("fit") of a fresh run only (no download else).
         self.net = VitBert(net)
+        self.net.image_tower.requires_grad_(not freeze_image_tower)
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -84,9 +89,13 @@ class MaskedLMModule(L.LightningModule):
         self.trained_steps = int(checkpoint.get("global_step", 0))
         if TOKENIZER_KEY in checkpoint and self.tokenizer is None:
             self.tokenizer = tokenizer_from_json(checkpoint[TOKENIZER_KEY])
+        elif TOKENIZER_KEY in checkpoint:
+            check_same_vocabulary(checkpoint[TOKENIZER_KEY], self.tokenizer)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        return [ExamplePredictions(self.hparams.num_examples)] if self.hparams.num_examples else []
+        hp = self.hparams
+        freezing = FrozenImageTower(hp.freeze_image_tower_steps, hp.freeze_image_tower)
+        return [freezing] + ([ExamplePredictions(hp.num_examples)] if hp.num_examples else [])
 
     def forward(self, batch: Batch, images: Tensor | None) -> Tensor:
         return masked_logits(self.net, batch, images)
@@ -125,11 +134,6 @@ class MaskedLMModule(L.LightningModule):
         batch = show_targets_as_mask(batch, self.tokenizer.mask_token_id)
         readings = {condition.key: reading for condition, reading in read(self, batch).items()}
         return prediction_records(self.tokenizer, batch, readings, k=5)
-
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        if self.hparams.freeze_image_tower_steps:
-            frozen = self.global_step < self.hparams.freeze_image_tower_steps
-            self.net.image_tower.requires_grad_(not frozen)
 
     def configure_optimizers(self):
         trainer = self.trainer

@@ -29,10 +29,11 @@ NO_DECAY_MODULES = (
 
 @dataclass
 class OptimizerConfig:
-    """AdamW and its schedule.
+    """AdamW and its schedule. The defaults are the embedded default's (configs/default.yaml).
 
     Attributes:
-        lr: peak learning rate, reached after ``warmup_steps``.
+        lr: peak learning rate, reached after ``warmup_steps`` (2e-3 suits the small models
+            trained from scratch; a pretrained 768-wide tower wants about 2e-4).
         weight_decay: decoupled decay for the matrices of linear and conv layers.
         betas: Adam's moment decay rates.
         eps: Adam's denominator guard.
@@ -42,7 +43,7 @@ class OptimizerConfig:
         relative_bias_lr_mult: learning-rate factor for relative-position bias tables.
     """
 
-    lr: float = 1e-3
+    lr: float = 2e-3
     weight_decay: float = 0.05
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-8

@@ -40,26 +40,28 @@ class LogProgress(L.Callback):
         self._start_time = 0.0
         self._start_step = 0
         self._last_print = -math.inf
+        self._epoch = 0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_time, self._start_step = time.monotonic(), trainer.global_step
         self._last_print = -math.inf
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        if time.monotonic() - self._last_print >= self.every_seconds:
-            self._report(trainer)
+        now = time.monotonic()  # one reading a step: lines come every_seconds + one step apart
+        self._epoch = trainer.current_epoch  # at the end Lightning has counted one more
+        if now - self._last_print >= self.every_seconds:
+            self._report(trainer, now)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._report(trainer)
+        self._report(trainer, time.monotonic())
 
     @rank_zero_only
-    def _report(self, trainer: L.Trainer) -> None:
-        now = time.monotonic()
+    def _report(self, trainer: L.Trainer, now: float) -> None:
         self._last_print = now
         step, total = trainer.global_step, trainer.estimated_stepping_batches
         done = step - self._start_step
         rate = done / max(now - self._start_time, 1e-9)
-        epoch = f"epoch {trainer.current_epoch + 1}"
+        epoch = f"epoch {self._epoch + 1}"
         if trainer.max_epochs and trainer.max_epochs > 0:
             epoch += f"/{trainer.max_epochs}"
         parts = [epoch]

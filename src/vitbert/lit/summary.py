@@ -1,9 +1,11 @@
-"""A table of the validation figures, printed when a run ends."""
+"""What a run prints about itself: the model's size when it starts, the figures when it ends."""
 
 from __future__ import annotations
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 from vitbert.lit.conditions import ANOTHER_PHOTO, CONDITIONS, TEXT_ONLY
 from vitbert.lit.metrics import SKIPPED, TOP_K
@@ -43,10 +45,51 @@ def format_figures(figures: dict[str, float], stage: str = "val") -> str:
 
 
 class ValidationSummary(L.Callback):
-    """Prints the last validation's figures as a table when ``fit`` ends."""
+    """Prints the figures as one table: the last validation's when ``fit`` ends, and the result of
+    ``validate`` or ``test`` (which then skip Lightning's own alphabetical table, see cli.py).
+
+    The step is the one the weights were trained to: the trainer's in ``fit``, the loaded
+    checkpoint's (``pl_module.trained_steps``) in ``validate`` and ``test``.
+    """
 
     @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        figures = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-        if figures:
-            print(f"\nValidation after {trainer.global_step} steps:\n{format_figures(figures)}")
+        self._print(trainer, "val", "Validation", trainer.global_step)
+
+    @rank_zero_only
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self._print(trainer, "val", "Validation", getattr(pl_module, "trained_steps", 0))
+
+    @rank_zero_only
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._print(trainer, "test", "Test", getattr(pl_module, "trained_steps", 0))
+
+    @staticmethod
+    def _print(trainer: L.Trainer, stage: str, title: str, step: int) -> None:
+        figures = {k: float(v) for k, v in trainer.callback_metrics.items()
+                   if k.startswith(f"{stage}/")}
+        if not figures:
+            return
+        note = "" if step or trainer.state.fn == "fit" else " (untrained: no --ckpt_path given)"
+        print(f"\n{title} after {step} steps{note}:\n{format_figures(figures, stage)}")
+
+
+class ParameterCount(ModelSummary):
+    """One line for the model's size, in place of Lightning's summary table.
+
+    Lightning's table lists the metric modules (0 parameters) and a FLOPs column and total that
+    read 0 for this module (Lightning counts FLOPs through ``example_input_array``, and a batch
+    here is a dict), and warns under bf16-mixed that its size estimate is wrong; this counts the
+    parameters and their bytes as stored. ``scripts/describe_model.py`` describes the parts.
+    """
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        params = list(pl_module.parameters())
+        total = sum(p.numel() for p in params)
+        trainable = sum(p.numel() for p in params if p.requires_grad)
+        megabytes = sum(p.numel() * p.element_size() for p in params) / 1e6
+        print(f"Model: {get_human_readable_count(total)} parameters "
+              f"({get_human_readable_count(trainable)} trainable, {megabytes:.1f} MB)", flush=True)

@@ -74,11 +74,22 @@ class VitBert(nn.Module):
     def num_image_tokens(self) -> int:
         return 1 if self.config.image_tokens == "pooled" else self.image_tower.num_patches
 
-    def encode_image(self, images: Tensor) -> Tensor:
-        """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S) → projected image tokens (B, N, D)."""
+    def tower_tokens(self, images: Tensor) -> Tensor:
+        """Pixels (B, 3, S, S) → the tower's output tokens before the projector (B, N, D_img):
+        the pooled one or every patch. A frozen tower's are cached (`vitbert.data.features`)."""
         pooled, patches = self.image_tower(self.image_tower.normalize(images))
-        tokens = pooled[:, None] if self.config.image_tokens == "pooled" else patches
-        return self.projector(tokens)  # (B, N, D)
+        return pooled[:, None] if self.config.image_tokens == "pooled" else patches
+
+    def encode_image(self, images: Tensor | None = None,
+                     image_features: Tensor | None = None) -> Tensor:
+        """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S), or the tower's cached output
+        ``image_features`` (B, N, D_img) → projected image tokens (B, N, D)."""
+        if (images is None) == (image_features is None):
+            raise ValueError("pass exactly one of images= and image_features=")
+        if image_features is None:
+            return self.projector(self.tower_tokens(images))  # (B, N, D)
+        # Stored in fp16: read in the projector's dtype, as normalize() reads uint8 pixels.
+        return self.projector(image_features.to(self.projector.proj.weight.dtype))
 
     def forward(
         self,
@@ -88,19 +99,21 @@ class VitBert(nn.Module):
         image_mask: Tensor | None = None,
         target_mask: Tensor | None = None,
         return_attention: bool = False,
+        image_features: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """MLM logits: (M, V) at ``target_mask`` positions, else (B, T, V) at every word.
 
         input_ids (B, T); attention_mask (B, T) True = real token; images (B, 3, S, S) or None;
         image_mask (B, N) True = visible; target_mask (B, T) True = predict here. With
         ``return_attention`` also the per-layer (B, H, L, L) weights; the first N of L are the
-        image tokens when an image is given.
+        image tokens when an image is given. ``image_features`` (B, N, D_img), the image tower's
+        cached output, replaces ``images`` when the tower is frozen.
         """
         words = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
         N = 0
-        if images is not None:
-            image = self.text.embeddings.image(self.encode_image(images))  # (B, N, D)
+        if images is not None or image_features is not None:
+            image = self.text.embeddings.image(self.encode_image(images, image_features))
             N = image.shape[1]
             if image_mask is None:
                 image_mask = keep.new_ones(keep.shape[0], N)

@@ -1,0 +1,154 @@
+"""A training loader that can stop mid-epoch and carry on exactly where it stopped.
+
+Exact resume needs three things from the data side, and a plain ``DataLoader(shuffle=True)`` has
+none of them:
+
+* **the order**: :class:`EpochShuffle` draws the epoch's permutation from ``(seed, epoch)`` alone
+  (like ``DistributedSampler``), so a restarted process rebuilds the very same order;
+* **the position**: :class:`ResumableLoader` counts the batches it handed out this epoch and
+  exposes them through ``state_dict`` / ``load_state_dict``, which Lightning saves into the
+  checkpoint and restores before training goes on (``trainer.fit(ckpt_path=...)``); the sampler
+  then starts at that batch instead of re-reading the epoch;
+* **the masks**: every index the sampler yields carries its ``mask_key`` ``(seed, epoch)``, which
+  :class:`~vitbert.data.masking.MLMCollator` seeds that example's mask with, so a mask depends on
+  (seed, epoch, example) only, not on a worker's RNG or on which examples share its batch.
+
+Lightning fetches without prefetching when the loader has a length, so the count saved at a
+batch's end is exactly the number of batches trained on. Under DDP Lightning wraps the sampler
+in a ``DistributedSamplerWrapper``, which forwards ``set_epoch``; order and masks stay exact,
+and the skip is applied to each process's own shard.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+MASK_KEY = "mask_key"  # item field: (shuffle seed, epoch), read by MLMCollator
+
+
+class EpochShuffle(Sampler[tuple[int, int, int]]):
+    """A random order that is a function of ``(seed, epoch)`` alone.
+
+    Yields ``(index, seed, epoch)`` so the dataset (:class:`EpochTagged`) can hand the collator
+    the key its masks are drawn from.
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed = size, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at the start of every epoch."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        for index in torch.randperm(self.size, generator=generator).tolist():
+            yield index, self.seed, self.epoch
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class _SkipFirst(Sampler):
+    """``sampler`` without its first ``n`` items (indices only: no example is loaded)."""
+
+    def __init__(self, sampler: Sampler, n: int) -> None:
+        self.sampler, self.n = sampler, n
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(iter(self.sampler), self.n, None)
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+
+class EpochTagged(Dataset):
+    """``dataset[index]`` plus its ``mask_key``, for the ``(index, seed, epoch)`` an
+    :class:`EpochShuffle` yields."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: tuple[int, int, int]) -> dict[str, Any]:
+        index, seed, epoch = key
+        return {**self.dataset[index], MASK_KEY: (seed, epoch)}
+
+
+class ResumableLoader(DataLoader):
+    """A ``DataLoader`` over an :class:`EpochShuffle` that remembers its position in the epoch.
+
+    ``state_dict()`` is ``{"seed", "epoch", "batches"}``: the batches handed out in the current
+    epoch, counting any skipped on a resume, so a second kill in the same epoch resumes right too.
+    On ``load_state_dict`` the next iteration skips that many batches' indices (of this process,
+    after any DDP sharding) without loading their examples.
+    """
+
+    _batches = 0  # handed out in the current epoch (a checkpoint may come before the first)
+    _skip = 0  # to skip at the next iteration, set by load_state_dict
+
+    def state_dict(self) -> dict[str, int]:
+        sampler = self._epoch_shuffle
+        return {"seed": sampler.seed, "epoch": sampler.epoch, "batches": self._batches}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        sampler = self._epoch_shuffle
+        sampler.seed, sampler.epoch, batches = state["seed"], state["epoch"], state["batches"]
+        if batches >= len(self):  # saved at an epoch's end: the next one starts afresh
+            sampler.epoch, batches = sampler.epoch + 1, 0
+        self._skip = self._batches = batches
+
+    def __iter__(self) -> Iterator[Any]:
+        # A generator: nothing below runs before the first batch is asked for, which Lightning
+        # does after set_epoch (it calls iter() before).
+        skip, self._skip = self._skip, 0
+        self._batches = skip
+        # The skip applies to this process's own indices, after any DDP sharding.
+        batch_sampler = self.batch_sampler
+        own_indices = batch_sampler.sampler  # type: ignore[union-attr]
+        if skip:
+            batch_sampler.sampler = _SkipFirst(own_indices, skip * self.batch_size)  # type: ignore
+        try:
+            for batch in super().__iter__():
+                self._batches += 1
+                yield batch
+        finally:
+            batch_sampler.sampler = own_indices  # type: ignore[union-attr]
+
+    @property
+    def _epoch_shuffle(self) -> EpochShuffle:
+        sampler = self.sampler
+        if not isinstance(sampler, EpochShuffle):  # DDP: Lightning's wrapper keeps ours inside
+            sampler = getattr(getattr(sampler, "dataset", None), "_sampler", None)
+        if not isinstance(sampler, EpochShuffle):
+            raise TypeError("ResumableLoader needs an EpochShuffle sampler")
+        return sampler
+
+
+def resumable_loader(dataset: Dataset, seed: int | None = None, **loader_args: Any) -> DataLoader:
+    """A shuffling training loader that resumes exactly; ``loader_args`` go to ``DataLoader``
+    (not ``shuffle`` or ``sampler``). ``seed`` defaults to a draw from torch's global RNG, so
+    ``seed_everything`` sets the order; the checkpoint stores it."""
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, ()).item())
+    sampler = EpochShuffle(len(dataset), seed)  # type: ignore[arg-type]
+    # The loader's own generator: creating an iterator then draws no number from the global RNG,
+    # which the model's dropout reads and the checkpoint restores (vitbert.lit.resume).
+    generator = torch.Generator().manual_seed(seed)
+    return ResumableLoader(EpochTagged(dataset), sampler=sampler, generator=generator,
+                           **loader_args)
+
+
+def eval_loader(dataset: Dataset, **loader_args: Any) -> DataLoader:
+    """A loader in dataset order with its own generator: starting it (a validation in the middle
+    of an epoch) draws nothing from the global RNG, so the training that follows does not depend
+    on whether the run was resumed in between."""
+    return DataLoader(dataset, generator=torch.Generator(), **loader_args)

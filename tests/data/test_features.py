@@ -1,0 +1,156 @@
+"""The frozen-tower feature cache: the cached tokens are the tower's output, the text side's loss
+and gradients match running the frozen tower, a new tower (or new photos) means a new cache, and
+a whole fit with ``freeze_image_tower`` trains on features and never moves the tower."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitbert.data import ShapesSource
+from vitbert.data.datamodule import CaptionDataModule
+from vitbert.data.features import (
+    FEATURES_KEY,
+    build_image_features,
+    feature_key,
+)
+from vitbert.lit.module import MaskedLMModule
+from vitbert.models import VitBert, VitBertConfig
+
+IMAGE_SIZE = 16
+
+
+def tiny_config(vocab_size: int, image_tokens: str = "patches") -> VitBertConfig:
+    return VitBertConfig.from_dict({
+        "image": {"kind": "conv_stem", "image_size": IMAGE_SIZE, "patch_size": 4, "dim": 16,
+                  "depth": 2, "num_heads": 2, "stem_hidden_dim": 8, "drop_path": 0.5},
+        "text": {"dim": 24, "depth": 1, "num_heads": 2, "max_len": 32},
+        "vocab_size": vocab_size, "image_tokens": image_tokens})
+
+
+@pytest.fixture
+def datamodule(tmp_path):
+    source = ShapesSource(root=str(tmp_path / "shapes"), num_train=96, num_val=32, num_test=32)
+    dm = CaptionDataModule(source=source, batch_size=16, num_workers=0, image_size=IMAGE_SIZE,
+                           max_length=32, persistent_workers=False)
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def _model(dm, image_tokens="patches", seed=0) -> VitBert:
+    torch.manual_seed(seed)
+    model = VitBert(tiny_config(dm.num_tokens, image_tokens))
+    model.image_tower.requires_grad_(False)
+    return model
+
+
+@pytest.mark.parametrize("image_tokens", ["patches", "pooled"])
+def test_cached_rows_are_the_towers_output(datamodule, image_tokens):
+    model = _model(datamodule, image_tokens)
+    features = build_image_features(model, datamodule.cache_dir, batch_size=40, progress=False)
+    cached = features.array()
+    assert model.image_tower.training  # the build restores the mode it found
+    pixels = torch.from_numpy(np.load(datamodule.cache_dir / "images.npy"))
+    model.image_tower.eval()
+    with torch.no_grad():
+        expected = model.tower_tokens(pixels)  # (R, N, D_img)
+    assert cached.dtype == np.float16 and cached.shape == tuple(expected.shape)
+    assert cached.shape[1] == (1 if image_tokens == "pooled" else (IMAGE_SIZE // 4) ** 2)
+    torch.testing.assert_close(torch.from_numpy(np.array(cached)).float(), expected,
+                               rtol=1e-3, atol=1e-3)
+
+
+def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
+    model = _model(datamodule)
+    model.image_tower.eval()  # a frozen tower is a fixed function: no stochastic depth
+    features = build_image_features(model, datamodule.cache_dir, progress=False)
+    pixel_batch = next(iter(datamodule.train_dataloader()))
+    datamodule.use_image_features(features)
+    torch.manual_seed(0)  # the same shuffle, so the same examples and masks
+    feature_batch = next(iter(datamodule.train_dataloader()))
+    datamodule.use_image_features(None)
+    assert "images" not in feature_batch and FEATURES_KEY in feature_batch
+    torch.manual_seed(0)
+    pixel_batch = next(iter(datamodule.train_dataloader()))
+    assert torch.equal(pixel_batch["index"], feature_batch["index"])
+    assert torch.equal(pixel_batch["input_ids"], feature_batch["input_ids"])
+
+    def loss_and_grads(**image):
+        model.zero_grad(set_to_none=True)
+        b = pixel_batch
+        targets_at = b["labels"] != -100
+        logits = model(b["input_ids"], b["attention_mask"], target_mask=targets_at, **image)
+        loss = F.cross_entropy(logits, b["labels"][targets_at])
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                               if p.grad is not None}
+
+    loss_pixels, grads_pixels = loss_and_grads(images=pixel_batch["images"])
+    loss_cached, grads_cached = loss_and_grads(image_features=feature_batch[FEATURES_KEY])
+    assert not any(n.startswith("image_tower") for n in grads_pixels)
+    assert grads_pixels.keys() == grads_cached.keys()
+    assert any(n.startswith("projector") for n in grads_cached)
+    torch.testing.assert_close(loss_cached, loss_pixels, rtol=1e-3, atol=1e-4)
+    for name, g in grads_pixels.items():
+        torch.testing.assert_close(grads_cached[name], g, rtol=2e-2, atol=1e-4, msg=name)
+    # The other photo's features give another answer: the features are per photo.
+    other = model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
+                  image_features=feature_batch[FEATURES_KEY].roll(1, 0))
+    same = model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
+                 image_features=feature_batch[FEATURES_KEY])
+    assert not torch.allclose(other, same)
+    with pytest.raises(ValueError, match="exactly one"):
+        model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
+              images=pixel_batch["images"], image_features=feature_batch[FEATURES_KEY])
+
+
+def test_new_tower_weights_or_settings_mean_a_new_cache(datamodule):
+    model = _model(datamodule)
+    first = build_image_features(model, datamodule.cache_dir, progress=False)
+    stamp = first.path.stat().st_mtime_ns
+    first_rows = np.array(first.array())
+    again = build_image_features(model, datamodule.cache_dir, progress=False)
+    assert again.key == first.key and again.path.stat().st_mtime_ns == stamp  # reused
+    with torch.no_grad():
+        model.image_tower.encoder.blocks[0].mlp.fc1.weight[0, 0] += 1e-3
+    changed = build_image_features(model, datamodule.cache_dir, progress=False)
+    assert changed.key != first.key
+    assert not first.path.exists()  # the stale cache is removed, the folder keeps one
+    assert not np.array_equal(np.array(changed.array()), first_rows)  # rebuilt, not renamed
+    pooled = _model(datamodule, "pooled")
+    pooled.load_state_dict(model.state_dict())
+    assert feature_key(datamodule.cache_dir, pooled)[0] != changed.key  # settings count too
+    files = sorted(p.name for p in datamodule.cache_dir.glob("features-*"))
+    assert files == sorted([changed.path.name, changed.path.with_suffix(".json").name])
+
+
+def test_fit_with_a_frozen_tower_trains_on_cached_features(datamodule, tmp_path):
+    config = tiny_config(datamodule.num_tokens)
+    module = MaskedLMModule(net=config, vocab_size=datamodule.num_tokens,
+                            freeze_image_tower=True, num_examples=0)
+    tower_before = {k: v.clone() for k, v in module.net.image_tower.state_dict().items()}
+    seen: list[set[str]] = []
+
+    class Spy(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(set(batch))
+
+        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dl_idx=0):
+            seen.append(set(batch))
+
+    trainer = L.Trainer(max_steps=3, val_check_interval=3, limit_val_batches=1,
+                        num_sanity_val_steps=1, accelerator="cpu", logger=False,
+                        enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, callbacks=[Spy()])
+    trainer.fit(module, datamodule=datamodule)
+    assert seen and all(FEATURES_KEY in keys and "images" not in keys for keys in seen)
+    assert len(list(datamodule.cache_dir.glob("features-*.npy"))) == 1
+    for k, v in module.net.image_tower.state_dict().items():
+        assert torch.equal(v, tower_before[k]), k
+    # Validation ran all three conditions, the another-photo one on other photos' features.
+    assert len(seen) == 3 + 2 and any("mismatch" in k for k in trainer.callback_metrics)

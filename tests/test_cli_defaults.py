@@ -1,0 +1,62 @@
+"""`train.py fit --help` shows the values a run would use: every setting of the embedded default
+(configs/default.yaml) is also the parser's default, so the file only repeats, never overrides."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from vitbert.cli import DEFAULT_CONFIG, VitBertCLI, _cli
+
+
+class _ParsersBuiltError(Exception):
+    """Carries the CLI out once its parsers exist."""
+
+    def __init__(self, cli: VitBertCLI) -> None:
+        self.cli = cli
+
+
+class _ParsersOnly(VitBertCLI):
+    """Builds the real parsers, then stops before parsing anything."""
+
+    def parse_arguments(self, parser, args) -> None:
+        raise _ParsersBuiltError(self)
+
+
+@pytest.fixture(scope="module")
+def defaults() -> dict:
+    """The fit subcommand's parser defaults, without --config."""
+    with pytest.raises(_ParsersBuiltError) as stopped:
+        _cli(["fit"], cli_class=_ParsersOnly)
+    return stopped.value.cli._parser("fit").get_defaults().as_dict()
+
+
+def leaves(tree: dict, prefix: str = ""):
+    """(dotted key, value) for every value of a nested dict; a class_path/init_args pair is a
+    value of its own plus its leaves."""
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield prefix + key, value
+
+
+def lookup(tree: dict, dotted: str):
+    for key in dotted.split("."):
+        tree = tree[key]
+    return tree
+
+
+def test_every_embedded_default_is_the_parsers_default(defaults):
+    embedded = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    differ = {key: (value, lookup(defaults, key)) for key, value in leaves(embedded)
+              if lookup(defaults, key) != value}
+    assert not differ, f"configs/default.yaml value vs parser default: {differ}"
+
+
+def test_the_defaults_that_once_differed(defaults):
+    """The settings --help used to contradict the embedded default on (issue 14)."""
+    assert lookup(defaults, "model.optimizer.lr") == 2e-3
+    assert lookup(defaults, "data.mlm_probability") == 0.3
+    assert lookup(defaults, "trainer.max_epochs") == 3
+    assert lookup(defaults, "data.source.class_path") == "vitbert.data.ShapesSource"

@@ -1,0 +1,120 @@
+"""Each mistake a new user makes with the training scripts ends in exit status 2 and one line that
+names what is wrong and the flag that fixes it (issue 14), through the real entry points:
+``vitbert.cli.main`` in-process, and ``scripts/train.py`` / ``scripts/export.py`` as subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+import torch
+
+from vitbert.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+FLICKR30K = str(REPO / "configs" / "flickr30k.yaml")
+SMALL_VIT = [  # the Flickr30k config's towers, shrunk: the mistakes do not depend on their size
+    "--model.net.image.image_size", "32", "--model.net.image.dim", "32",
+    "--model.net.image.depth", "1", "--model.net.image.num_heads", "2",
+    "--model.net.text.dim", "32", "--model.net.text.depth", "1", "--model.net.text.num_heads", "2",
+]
+
+
+def the_one_line(capsys, args: list[str]) -> str:
+    """Run train.py's main on ``args``: it must exit 2 with a single 'error: ...' line."""
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_flickr30k_config_without_the_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no data/flickr30k here
+    line = the_one_line(capsys, ["fit", "--config", FLICKR30K])
+    assert line.startswith("error: data root data/flickr30k is not a folder")
+    assert "--data.source.init_args.root" in line
+
+
+def test_a_data_root_that_does_not_exist(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nonexistent"
+    line = the_one_line(capsys, ["fit", "--config", FLICKR30K,
+                                 "--data.source.init_args.root", str(missing)])
+    assert line.startswith(f"error: data root {missing} is not a folder")
+    assert "--data.source.init_args.root" in line
+
+
+def test_an_empty_data_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    line = the_one_line(capsys, ["fit", "--config", FLICKR30K,
+                                 "--data.source.init_args.root", str(tmp_path / "empty")])
+    assert line.startswith(f"error: {tmp_path / 'empty'}: no Flickr30k annotation file found")
+    assert "dataset_flickr30k.json" in line  # what it looked for
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the mistake is a GPU config without a GPU")
+def test_the_gpu_config_on_a_cpu_machine(tmp_path, monkeypatch, capsys, karpathy_flickr):
+    monkeypatch.chdir(tmp_path)
+    line = the_one_line(capsys, [
+        "fit", "--config", FLICKR30K, *SMALL_VIT, "--model.net.image.pretrained", "null",
+        "--data.source.init_args.root", str(karpathy_flickr),
+        "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
+        "--data.num_workers", "0"])
+    assert "no GPU" in line and line.endswith(
+        "add --trainer.accelerator cpu (and --trainer.devices 1) to run on the CPU")
+
+
+def test_pretrained_weights_offline(tmp_path, monkeypatch, capsys):
+    """timm's name for the image tower, no network, nothing cached: the flag to give a file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    line = the_one_line(capsys, [
+        "fit", "--model.net.image.kind", "vit", "--model.net.image.patch_size", "16",
+        "--model.net.image.class_token", "true", "--model.net.image.pool", "cls",
+        "--model.net.image.dim", "32", "--model.net.image.depth", "1",
+        "--model.net.image.num_heads", "2",
+        "--model.net.image.pretrained", "vit_tiny_patch16_224",
+        "--data.source.init_args.root", str(tmp_path / "shapes"),
+        "--data.source.init_args.num_train", "64", "--data.source.init_args.num_val", "16",
+        "--data.source.init_args.num_test", "16", "--data.num_workers", "0",
+        "--trainer.accelerator", "cpu", "--trainer.max_steps", "1"])
+    assert line.startswith("error: cannot download the pretrained image weights "
+                           "'vit_tiny_patch16_224'")
+    assert "--model.net.image.pretrained /path/to/weights.safetensors" in line
+
+
+def run_script(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_config_given_as_the_checkpoint():
+    """Through scripts/train.py itself: refused before any data or model is built."""
+    done = run_script("scripts/train.py", "validate", "--ckpt_path", "configs/default.yaml",
+                      cwd=REPO)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "error: --ckpt_path configs/default.yaml: this is a config, not a checkpoint; "
+        "did you mean --config configs/default.yaml?")
+
+
+def test_export_of_a_config(tmp_path):
+    done = run_script(str(REPO / "scripts" / "export.py"), "--ckpt",
+                      str(REPO / "configs" / "default.yaml"), "--out", str(tmp_path / "out"),
+                      cwd=tmp_path)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "this is a config, not a checkpoint" in line
+    assert not (tmp_path / "out").exists()
