@@ -163,3 +163,40 @@ def test_content_mask_marks_content_pieces_only(tok):
                 else:
                     assert not b["content_mask"][row, p]
     assert seen[True] > 50 and seen[False] > 50
+
+
+def _rates(batches) -> tuple[float, float]:
+    """(targets per ordinary piece, fraction of targets that are content pieces)."""
+    targets = pieces = content = 0
+    for b in batches:
+        at = b["labels"] != -100
+        targets += int(at.sum())
+        pieces += int(b["attention_mask"].sum()) - 2 * len(at)  # less [CLS] and [SEP]
+        content += int(b["content_mask"][at].sum())
+    return targets / pieces, content / targets
+
+
+def test_content_weight_shifts_targets_to_content_words_at_the_same_rate(tok):
+    caps = _captions(2000)
+    uniform = _run(MLMCollator(tok, mlm_probability=0.3, deterministic=True), caps)
+    weighted = _run(MLMCollator(tok, mlm_probability=0.3, deterministic=True,
+                                content_weight=4.0), caps)
+    rate_u, content_u = _rates(uniform)
+    rate_w, content_w = _rates(weighted)
+    assert abs(rate_u - 0.3) < 0.01 and abs(rate_w - rate_u) < 0.005, (rate_u, rate_w)
+    # ~60% of the words are content words (see _captions); 4× weight pushes their share up.
+    assert content_w > content_u + 0.1, (content_u, content_w)
+    # The uniform draw is the default one, unchanged (validation masks keep their figures).
+    default = _run(MLMCollator(tok, mlm_probability=0.3, deterministic=True), caps)
+    assert all(torch.equal(a["labels"], b["labels"]) for a, b in zip(uniform, default,
+                                                                       strict=True))
+    with pytest.raises(ValueError, match="content_weight"):
+        MLMCollator(tok, content_weight=0.0)
+
+
+def test_image_transform_is_applied_to_every_picture(tok):
+    flip = MLMCollator(tok, image_transform=lambda image: image.flip(-1))
+    items = [{"image": torch.arange(48, dtype=torch.uint8).reshape(3, 4, 4), "caption": c,
+              "index": i} for i, c in enumerate(_captions(3))]
+    images = flip(items)["images"]
+    assert torch.equal(images, torch.stack([it["image"].flip(-1) for it in items]))

@@ -24,6 +24,7 @@ from jsonargparse import lazy_instance
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
+from .augment import random_resized_crop
 from .cache import SPLITS, CaptionDataset, DataError
 from .features import ImageFeatures
 from .masking import MLMCollator
@@ -57,6 +58,8 @@ class CaptionDataModule(L.LightningDataModule):
         test_split: str = "test",
         predict_split: str = "test",
         mask_seed: int = 0,
+        content_weight: float = 1.0,
+        random_crop_scale: float = 1.0,
     ):
         """
         Args:
@@ -82,6 +85,12 @@ class CaptionDataModule(L.LightningDataModule):
             test_split: Split `test` reads.
             predict_split: Split `predict` reads.
             mask_seed: Seed of the fixed per-example masks of val / test / predict.
+            content_weight: Training only: how much likelier a piece of a content word (not in
+                masking.STOP_WORDS) is to be hidden than a function word's, at the same overall
+                rate. Validation masks stay uniform, so figures compare across settings.
+            random_crop_scale: Training only: smallest area fraction of a random resized crop of
+                the picture (1 = no crop). No flips or colour changes: they would falsify
+                "left" or "red" (see vitbert.data.augment).
         """
         super().__init__()
         for name, split in (("val_split", val_split), ("test_split", test_split),
@@ -106,6 +115,8 @@ class CaptionDataModule(L.LightningDataModule):
         self.persistent_workers = persistent_workers
         self.val_split, self.test_split, self.predict_split = val_split, test_split, predict_split
         self.mask_seed = mask_seed
+        self.content_weight = content_weight
+        self.train_transform = random_resized_crop(image_size, random_crop_scale)
         self._tokenizer: PreTrainedTokenizerFast | None = None
         self._datasets: dict[str, CaptionDataset] = {}
         self._image_features: ImageFeatures | None = None
@@ -169,9 +180,13 @@ class CaptionDataModule(L.LightningDataModule):
         return self.dataset(split).captions[index]
 
     def collator(self, deterministic: bool) -> MLMCollator:
+        """Training (`deterministic=False`) gets the content weight and the augmentation;
+        val / test / predict get fixed uniform masks and the pictures as they are."""
         return MLMCollator(self.tokenizer, mlm_probability=self.mlm_probability,
                            whole_word=self.whole_word_masking, deterministic=deterministic,
-                           seed=self.mask_seed, max_length=self.max_length)
+                           seed=self.mask_seed, max_length=self.max_length,
+                           content_weight=1.0 if deterministic else self.content_weight,
+                           image_transform=None if deterministic else self.train_transform)
 
     def use_image_features(self, features: ImageFeatures | None) -> None:
         """Loaders created from now on carry a frozen image tower's cached output tokens

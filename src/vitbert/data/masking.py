@@ -11,6 +11,7 @@ seeded per example when `deterministic=True`. Tokenising and padding are the tok
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,9 +55,13 @@ class MLMCollator:
         max_length: int = 64,
         mask_replace_prob: float = 0.8,
         random_replace_prob: float = 0.1,
+        content_weight: float = 1.0,
+        image_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ):
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
+        if content_weight <= 0.0:
+            raise ValueError(f"content_weight must be > 0, got {content_weight}")
         if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer needs [MASK] and [PAD] (see vitbert.data.tokenizer)")
         self.tokenizer = tokenizer
@@ -67,6 +72,8 @@ class MLMCollator:
         self.max_length = max_length
         self.mask_replace_prob = mask_replace_prob
         self.random_replace_prob = random_replace_prob
+        self.content_weight = content_weight
+        self.image_transform = image_transform  # per picture, uint8 (3, S, S) → same (training)
         special = set(tokenizer.all_special_ids)
         # Random replacements are drawn from ordinary pieces only, never from special tokens.
         self._random_ids = np.array([i for i in range(len(tokenizer)) if i not in special])
@@ -84,8 +91,14 @@ class MLMCollator:
         rng = np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
         return [rng] * len(indices)
 
-    def _choose_targets(self, word_ids: list[int | None], rng: np.random.Generator) -> np.ndarray:
-        """Positions to predict: ~mlm_probability of the pieces (or of the words), at least one."""
+    def _choose_targets(self, word_ids: list[int | None], is_content: np.ndarray,
+                        rng: np.random.Generator) -> np.ndarray:
+        """Positions to predict: ~mlm_probability of the pieces (or of the words), at least one.
+
+        The number of targets does not depend on `content_weight`; only which units are picked
+        does: a content-word unit is `content_weight` times as likely to be drawn as a function
+        word's (weighted draws without replacement), so the expected masking rate is unchanged.
+        """
         units: dict[int, list[int]] = {}
         for pos, w in enumerate(word_ids):
             if w is None:  # [CLS], [SEP], padding
@@ -97,8 +110,22 @@ class MLMCollator:
         # Stochastic rounding keeps the expected rate exact; max(1, .) guarantees one target.
         n = int(np.floor(self.mlm_probability * len(groups) + rng.random()))
         n = min(max(1, n), len(groups))
-        picked = rng.choice(len(groups), size=n, replace=False)
+        if self.content_weight == 1.0:  # the uniform draw, kept bit-for-bit (fixed val masks)
+            picked = rng.choice(len(groups), size=n, replace=False)
+        else:
+            weights = np.where(is_content[[g[0] for g in groups]], self.content_weight, 1.0)
+            picked = rng.choice(len(groups), size=n, replace=False, p=weights / weights.sum())
         return np.array(sorted(p for g in picked for p in groups[g]), dtype=np.int64)
+
+    def _content_positions(self, caption: str, word_ids: list[int | None], b: int,
+                           enc: Any) -> np.ndarray:
+        """(T,) bool: pieces of a word outside STOP_WORDS (the words that need looking)."""
+        is_content = np.zeros(len(word_ids), dtype=bool)
+        for pos, w in enumerate(word_ids):
+            if w is not None:
+                span = enc.word_to_chars(b, w)
+                is_content[pos] = caption[span.start : span.end].lower() not in STOP_WORDS
+        return is_content
 
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         captions = [it["caption"] for it in items]
@@ -118,7 +145,8 @@ class MLMCollator:
 
         for b, rng in enumerate(self._rngs(items)):
             word_ids = enc.word_ids(b)
-            pos = self._choose_targets(word_ids, rng)
+            is_content = self._content_positions(captions[b], word_ids, b, enc)  # (T,)
+            pos = self._choose_targets(word_ids, is_content, rng)
             if len(pos) == 0:
                 continue
             labels[b, pos] = input_ids[b, pos]
@@ -129,15 +157,12 @@ class MLMCollator:
             to_rand = pos[(u >= p_mask) & (u < p_mask + p_rand)]
             if len(to_rand):
                 input_ids[b, to_rand] = rng.choice(self._random_ids, size=len(to_rand))
-            caption = captions[b]
-            for p in pos:
-                span = enc.word_to_chars(b, word_ids[p])
-                content_mask[b, p] = caption[span.start : span.end].lower() not in STOP_WORDS
+            content_mask[b, pos] = is_content[pos]
 
         if "image_features" in items[0]:  # a frozen tower's cached output (data.features)
             photos = {"image_features": torch.stack([it["image_features"] for it in items])}
         else:  # (B, 3, S, S) uint8 pixels
-            photos = {"images": torch.stack([torch.as_tensor(it["image"]) for it in items])}
+            photos = {"images": torch.stack([self._image(it["image"]) for it in items])}
         return {
             **photos,
             "input_ids": torch.from_numpy(input_ids),
@@ -148,3 +173,7 @@ class MLMCollator:
             # (B,) which photo: the cache row (an item without one is its own image)
             "image_id": torch.tensor([int(it.get("row", it["index"])) for it in items]),
         }
+
+    def _image(self, image: Any) -> torch.Tensor:
+        image = torch.as_tensor(image)
+        return image if self.image_transform is None else self.image_transform(image)

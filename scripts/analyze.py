@@ -1,0 +1,49 @@
+#!/usr/bin/env python
+"""Which words the photo helps: ``python scripts/analyze.py --ckpt CKPT [--split val]``.
+
+Prints, and plots to a PNG, the words whose true-word probability gains most from the photo
+(its own photo minus another image's photo) and the mean gain by word class (colour, noun, verb,
+function word) with counts, on one split of the data the checkpoint was trained on. Mistakes
+(missing checkpoint, data not found, bad split) exit 2 with one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ckpt", required=True, help="a .ckpt written by scripts/train.py fit")
+    parser.add_argument("--split", default="val", help="train, val or test (default val)")
+    parser.add_argument("--out", default="analysis.png", help="the plot (PNG)")
+    parser.add_argument("--top", type=int, default=20, help="words shown (default 20)")
+    parser.add_argument("--min-count", type=int, default=3,
+                        help="fewest occurrences for a word to be ranked (default 3)")
+    parser.add_argument("--data-root", help="the data folder, when it moved since training")
+    parser.add_argument("--cache-dir", help="the image cache folder, when it moved")
+    parser.add_argument("--json", help="also write the figures here (JSON)")
+    args = parser.parse_args(argv)
+
+    from vitbert.analysis import format_summary, plot, read_split, summarise
+    from vitbert.data.cache import DataError
+    from vitbert.io import CheckpointError
+
+    try:
+        readings = read_split(args.ckpt, args.split, args.data_root, args.cache_dir)
+    except (CheckpointError, DataError, FileNotFoundError) as error:
+        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    summary = summarise(readings, top=args.top, min_count=args.min_count)
+    print(format_summary(summary))
+    print(f"plot: {plot(summary, args.out)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

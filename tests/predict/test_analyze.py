@@ -1,0 +1,74 @@
+"""scripts/analyze.py: which words the photo helps, on a tiny checkpoint trained by the fixtures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vitbert.analysis import Readings, summarise, word_class
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "analyze.py"
+
+
+def _analyze():
+    spec = importlib.util.spec_from_file_location("analyze_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_word_classes():
+    assert [word_class(w) for w in ("red", "Black", "dog", "running", "jumps", "the", "a", ".")] \
+        == ["colour", "colour", "noun", "verb", "verb", "function", "function", "function"]
+
+
+def test_summary_ranks_words_by_gain_and_counts_classes():
+    r = Readings(words=["dog", "dog", "red", "the", "running"],
+                 is_content=[True, True, True, False, True],
+                 p_with=[0.5, 0.7, 0.9, 0.8, 0.1], p_another=[0.1, 0.3, 0.2, 0.8, 0.3],
+                 p_text=[0.1] * 5, hit_with=[True, True, True, True, False],
+                 hit_another=[False, True, False, True, False], hit_text=[False] * 5)
+    s = summarise(r, top=10, min_count=1)
+    assert [w["word"] for w in s["words"]] == ["red", "dog", "the", "running"]
+    assert s["words"][1] == pytest.approx({"word": "dog", "class": "noun", "count": 2,
+                                           "p_with": 0.6, "p_another": 0.2, "gain": 0.4})
+    assert {c: v["count"] for c, v in s["classes"].items()} == {
+        "colour": 1, "noun": 2, "verb": 1, "function": 1}
+    assert s["top5_with_content"] == pytest.approx(3 / 4)
+    assert s["gain_top5_content"] == pytest.approx(3 / 4 - 1 / 4)
+    assert summarise(r, min_count=2)["words"] == [s["words"][1]]
+
+
+def test_analyze_a_checkpoint(trained, tmp_path, capsys):
+    out, figures = tmp_path / "analysis.png", tmp_path / "figures.json"
+    rc = _analyze()(["--ckpt", str(trained.ckpt), "--split", "val", "--out", str(out),
+                     "--top", "5", "--min-count", "1", "--json", str(figures)])
+    assert rc == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    s = json.loads(figures.read_text())
+    # Shapes: one caption per picture, 16 val pictures in batches of 8: nobody is skipped.
+    assert s["skipped_captions"] == 0
+    assert sum(c["count"] for c in s["classes"].values()) == s["targets"] > 16
+    for key in ("top5_with_content", "top5_another_content", "top5_text_content"):
+        assert 0.0 <= s[key] <= 1.0
+    assert 1 <= len(s["words"]) <= 5
+    gains = [w["gain"] for w in s["words"]]
+    assert gains == sorted(gains, reverse=True)
+    assert np.isclose(s["words"][0]["gain"], s["words"][0]["p_with"] - s["words"][0]["p_another"])
+    printed = capsys.readouterr().out
+    assert "top-5, content words" in printed and s["words"][0]["word"] in printed
+
+
+@pytest.mark.parametrize("problem", ["missing", "not_a_checkpoint", "split"])
+def test_mistakes_exit_2_with_one_line(problem, trained, not_a_checkpoint, tmp_path, capsys):
+    ckpt = {"missing": tmp_path / "nope.ckpt", "not_a_checkpoint": not_a_checkpoint,
+            "split": trained.ckpt}[problem]
+    split = "validation" if problem == "split" else "val"
+    rc = _analyze()(["--ckpt", str(ckpt), "--split", split, "--out", str(tmp_path / "a.png")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("error: ") and "\n" not in err
+    assert not (tmp_path / "a.png").exists()
