@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitbert.cli_errors import checkpoint_problem
 from vitbert.io import CheckpointError, export
 
 
@@ -22,9 +21,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the folder to write (created if missing)")
     args = parser.parse_args(argv)
     try:
-        problem = checkpoint_problem(args.ckpt, "--ckpt")  # e.g. a config passed by mistake
-        if problem is not None:
-            raise CheckpointError(problem)
         folder = export(args.ckpt, args.out)
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)

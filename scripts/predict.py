@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -81,16 +80,6 @@ def format_table(result: dict, top_k: int) -> str:
     return "\n".join(lines)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename: never a half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 2
@@ -120,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     """Load, answer, draw; print or write only once everything has succeeded."""
     from vitbert.attention_picture import render_attention
     from vitbert.data.cache import BadImageError
+    from vitbert.data.files import atomic_write
     from vitbert.io import CheckpointError
     from vitbert.predict import FillMask, PredictError
 
@@ -140,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     output = json.dumps(result, indent=2) if args.json else format_table(result, args.top_k)
     if picture is not None:
         try:
-            write_atomic(args.attention, picture)
+            atomic_write(args.attention, picture)
         except OSError as error:
             return fail(f"--attention {args.attention}: cannot write ({error})")
     print(output)

@@ -9,17 +9,16 @@ traceback. :func:`explain` decides which is which; ``--debug`` shows the traceba
 from __future__ import annotations
 
 import pickle
-import zipfile
 from pathlib import Path
 
 from vitbert.data.cache import DataError
-from vitbert.io import CheckpointError
+from vitbert.io import CheckpointError, not_a_checkpoint
+from vitbert.io.files import CONFIG_SUFFIXES
 from vitbert.predict import PredictError
 
 # Errors whose message is already the one line a user needs.
 USER_ERRORS = (DataError, CheckpointError, PredictError)
 
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 # Values of --ckpt_path that Lightning resolves itself.
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc", "registry")
 
@@ -34,35 +33,19 @@ def flag_value(args: list[str], flag: str) -> str | None:
     return None
 
 
-def checkpoint_problem(path: str | Path, flag: str = "--ckpt_path") -> str | None:
-    """Why ``path`` cannot be a checkpoint, before torch reads it; None when it may be one.
-
-    torch writes checkpoints as zip archives; anything else (a YAML config passed by mistake, a
-    text file) would reach ``torch.load`` and come back with advice to retry with
-    ``weights_only=False``, which is wrong and unsafe here.
-    """
-    path = Path(path)
-    if not path.exists():
-        return f"{flag} {path}: no such file"
-    if path.is_dir():
-        return None  # an exported folder: the loader checks its files
-    if path.suffix in CONFIG_SUFFIXES:
-        return (f"{flag} {path}: this is a config, not a checkpoint; did you mean "
-                f"--config {path}?")
-    if not zipfile.is_zipfile(path):
-        return (f"{flag} {path}: not a PyTorch checkpoint (torch saves .ckpt files as zip "
-                "archives); pass a .ckpt written by scripts/train.py")
-    return None
-
-
 def check_ckpt_path(args: list[str]) -> None:
-    """Refuse an unusable ``--ckpt_path`` before any data is prepared or model built."""
+    """Refuse an unusable ``--ckpt_path`` before any data is prepared or model built
+    (:func:`vitbert.io.not_a_checkpoint` says why a file cannot be one)."""
     value = flag_value(args, "--ckpt_path")
     if value is None or value in SPECIAL_CKPT_PATHS or value.startswith("hf://"):
         return
-    problem = checkpoint_problem(value)
-    if problem is not None:
-        raise CheckpointError(problem)
+    path = Path(value)
+    if not path.exists():
+        raise CheckpointError(f"--ckpt_path {path}: no such file")
+    if path.is_file() and (problem := not_a_checkpoint(path)) is not None:
+        fix = (f"did you mean --config {path}?" if path.suffix in CONFIG_SUFFIXES
+               else "pass a .ckpt written by scripts/train.py")
+        raise CheckpointError(f"--ckpt_path {path}: {problem}; {fix}")
 
 
 def explain(error: BaseException, args: list[str]) -> str | None:

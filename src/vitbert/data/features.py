@@ -35,7 +35,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from .cache import CaptionDataset, DataError, read_meta
-from .files import atomic_write
+from .files import atomic_write, temp_path
 
 FEATURES_KEY = "image_features"  # the batch key, and VitBert.forward's keyword
 FEATURES_VERSION = 1
@@ -105,7 +105,7 @@ def build_image_features(model: Any, image_cache: str | Path, batch_size: int = 
     device = next(model.parameters()).device
     tower, was_training = model.image_tower, model.image_tower.training
     tower.eval()
-    tmp = cache_dir / f"features-{key}.{os.getpid()}.tmp.npy"
+    tmp = temp_path(npy)  # hidden, per process: never matched by the stale-file sweep below
     out: np.ndarray | None = None
     try:
         starts = range(0, len(images), batch_size)
@@ -127,7 +127,7 @@ def build_image_features(model: Any, image_cache: str | Path, batch_size: int = 
         tmp.unlink(missing_ok=True)
         tower.train(was_training)
     for stale in cache_dir.glob("features-*"):  # other keys: another tower, or other photos
-        if stale.name not in (npy.name, meta.name) and ".tmp." not in stale.name:
+        if stale.name not in (npy.name, meta.name):
             stale.unlink(missing_ok=True)
     atomic_write(meta, json.dumps({**basis, "key": key, "shape": shape}, indent=2))
     return ImageFeatures(npy, key)

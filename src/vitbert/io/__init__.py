@@ -19,6 +19,7 @@ from vitbert.io.files import (
     CheckpointError,
     StoredModel,
     check_same_vocabulary,
+    not_a_checkpoint,
     read_checkpoint,
     write_exported,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "initialize",
     "load_image_weights",
     "load_model",
+    "not_a_checkpoint",
     "read_checkpoint",
     "transfer_weights",
     "write_exported",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", 
 # The MLM decoder shares the word-embedding matrix: an exported folder stores it once.
 TIED_KEY, TIED_SOURCE = "mlm_head.decoder.weight", "text.embeddings.word.weight"
 _SHARED_FILE_MODE, _SHARED_FOLDER_MODE = 0o644, 0o755  # exported models are for others to read
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # what a config passed by mistake looks like
 
 
 class CheckpointError(ValueError):
@@ -55,6 +57,21 @@ class StoredModel:
     source: str
 
 
+def not_a_checkpoint(path: Path) -> str | None:
+    """Why the file at ``path`` cannot be a checkpoint, told before torch reads it; None when it
+    may be one.
+
+    torch writes checkpoints as zip archives. Anything else (a YAML config passed by mistake, a
+    text file) would reach ``torch.load`` and come back as an unpickling error with advice to
+    retry with ``weights_only=False``: wrong, and unsafe, for a file that is no checkpoint at all.
+    """
+    if path.suffix in CONFIG_SUFFIXES:
+        return "this is a config, not a checkpoint"
+    if not zipfile.is_zipfile(path):
+        return "not a readable PyTorch checkpoint (torch saves checkpoints as zip archives)"
+    return None
+
+
 def read_checkpoint(path: str | Path) -> StoredModel:
     """Read a ``.ckpt`` file or an exported folder, with a clear error for anything else."""
     path = Path(path)
@@ -62,6 +79,9 @@ def read_checkpoint(path: str | Path) -> StoredModel:
         raise CheckpointError(f"{path}: no such file or folder")
     if path.is_dir():
         return _read_exported(path)
+    if (problem := not_a_checkpoint(path)) is not None:
+        raise CheckpointError(f"{path}: {problem}; pass a .ckpt written by scripts/train.py or a "
+                              "folder written by scripts/export.py")
     checkpoint = load_tensors_file(path)
     hparams = checkpoint.get("hyper_parameters", {}) if isinstance(checkpoint, dict) else {}
     if "net" not in hparams or "state_dict" not in checkpoint:
