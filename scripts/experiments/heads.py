@@ -19,17 +19,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from vitbert.experiments.report import (
-    add_workers,
-    bar_plot,
-    format_table,
-    parser,
-    print_run,
-    run_jobs,
-    setup,
-    summarize,
-    write_json,
-)
+from vitbert.experiments import report
 
 if TYPE_CHECKING:
     from vitbert.experiments.train import RunResult
@@ -64,41 +54,31 @@ def run_one(heads: int, seed: int, args) -> tuple[int, int, RunResult]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = parser("heads", __doc__.split("\n")[0], epochs=10, seeds=2)
-    add_workers(p)
-    args = p.parse_args(argv)
-    setup(args)
+    args = report.parse_args("heads", __doc__.split("\n")[0], argv, epochs=10, seeds=2,
+                             workers=True)
     start = time.perf_counter()
 
     jobs = [(h, seed, args) for h in HEADS for seed in range(args.seeds)]
     accs: dict[int, list[float]] = {h: [] for h in HEADS}
     training = cpu = 0.0
-    for h, seed, run in run_jobs(run_one, jobs, args.workers):
-        print_run(_label(h), seed, run.test_acc, run.seconds, width=28,
-                  cpu_seconds=run.cpu_seconds)
+    for h, seed, run in report.run_jobs(run_one, jobs, args.workers):
+        report.print_run(_label(h), seed, run.test_acc, run.seconds, width=28,
+                         cpu_seconds=run.cpu_seconds)
         accs[h].append(run.test_acc)
         training, cpu = training + run.seconds, cpu + run.cpu_seconds
-    rows = [summarize(f"heads_{h}", _label(h), range(args.seeds), accs[h], num_heads=h,
-                      head_dim=HEAD_DIM) for h in HEADS]
+    rows = [report.summarize(f"heads_{h}", _label(h), range(args.seeds), accs[h], num_heads=h,
+                             head_dim=HEAD_DIM) for h in HEADS]
 
-    total = time.perf_counter() - start
-    print(format_table(rows, f"Square left of circle × triangle above circle (4 classes), "
-                             f"test accuracy (%), {args.epochs} epochs"))
-    print(f"total {total:.0f} s wall, {training:.0f} s of training in {args.workers} worker(s), "
-          f"{cpu:.0f} s of CPU")
-    result = {
-        "experiment": "heads",
-        "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
-                   "test_size": args.test_size, "lr": LR, "batch_size": BATCH,
-                   "head_dim": HEAD_DIM, "stem_width": STEM_WIDTH, "position": "rope2d",
-                   "threads": args.threads, "workers": args.workers},
-        "rows": rows,
-        "seconds": total,
-        "training_seconds": training,
-        "cpu_seconds": cpu,
-    }
-    write_json(result, args.out / "heads.json")
-    bar_plot(rows, args.out / "heads.png", "Two relations, one block with 2D RoPE", chance=0.25)
+    print(report.format_table(rows, f"Square left of circle × triangle above circle (4 classes), "
+                                    f"test accuracy (%), {args.epochs} epochs"))
+    result = report.finish(
+        "heads", args, rows, seconds=time.perf_counter() - start, cpu_seconds=cpu,
+        training_seconds=training,
+        settings={"lr": LR, "batch_size": BATCH, "head_dim": HEAD_DIM, "stem_width": STEM_WIDTH,
+                  "position": "rope2d"},
+    )
+    report.bar_plot(rows, args.out / "heads.png", "Two relations, one block with 2D RoPE",
+                    chance=0.25)
     return result
 
 

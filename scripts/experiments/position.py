@@ -22,19 +22,9 @@ import time
 
 import torch
 
+from vitbert.experiments import report
 from vitbert.experiments.data import make_shapes
 from vitbert.experiments.models import CNN, AttentionClassifier
-from vitbert.experiments.report import (
-    add_workers,
-    bar_plot,
-    format_table,
-    parser,
-    print_run,
-    run_jobs,
-    setup,
-    summarize,
-    write_json,
-)
 from vitbert.experiments.train import RunResult, train_classifier
 from vitbert.lit.callbacks import ParameterStatsCallback, plot_parameter_stats
 
@@ -79,16 +69,15 @@ def run_one(row: int, seed: int, args) -> tuple[int, int, RunResult, list | None
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = parser("position", __doc__.split("\n")[0], epochs=10, seeds=3)
-    add_workers(p)
-    args = p.parse_args(argv)
-    setup(args)
+    args = report.parse_args("position", __doc__.split("\n")[0], argv, epochs=10, seeds=3,
+                             workers=True)
     start = time.perf_counter()
 
     jobs = [(row, seed, args) for row in range(len(ROWS)) for seed in range(args.seeds)]
     results = {}
-    for row, seed, run, history in run_jobs(run_one, jobs, args.workers):
-        print_run(ROWS[row][1], seed, run.test_acc, run.seconds, cpu_seconds=run.cpu_seconds)
+    for row, seed, run, history in report.run_jobs(run_one, jobs, args.workers):
+        report.print_run(ROWS[row][1], seed, run.test_acc, run.seconds,
+                         cpu_seconds=run.cpu_seconds)
         results[row, seed] = (run.test_acc, run.seconds, run.cpu_seconds, history)
 
     rows, histories = [], {}
@@ -102,29 +91,20 @@ def main(argv: list[str] | None = None) -> dict:
             extra |= {"lr_mult": lr_mult,
                       "bias_table_max_abs_seed0": history[-1][f"params/{BIAS_GROUP}/max_abs"]}
         accs = [run[0] for run in runs]
-        rows.append(summarize(key, label, range(args.seeds), accs, **extra))
+        rows.append(report.summarize(key, label, range(args.seeds), accs, **extra))
 
-    total = time.perf_counter() - start
-    title = (f"Is the square left of the circle? test accuracy (%), {args.train_size} train / "
-             f"{args.test_size} test, {args.epochs} epochs")
-    print(format_table(rows, title))
-    training = sum(r["seconds"] for r in rows)
-    cpu = sum(r["cpu_seconds"] for r in rows)
-    print(f"total {total:.0f} s wall, {training:.0f} s of training in {args.workers} worker(s), "
-          f"{cpu:.0f} s of CPU")
-    result = {
-        "experiment": "position",
-        "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
-                   "test_size": args.test_size, "lr": LR, "batch_size": BATCH, "dim": DIM,
-                   "num_heads": HEADS, "stem_width": STEM_WIDTH, "cnn_width": CNN_WIDTH,
-                   "threads": args.threads, "workers": args.workers},
-        "rows": rows,
-        "seconds": total,
-        "training_seconds": training,
-        "cpu_seconds": cpu,
-    }
-    write_json(result, args.out / "position.json")
-    bar_plot(rows, args.out / "position.png", "Is the square left of the circle?", chance=0.5)
+    print(report.format_table(rows, f"Is the square left of the circle? test accuracy (%), "
+                                    f"{args.train_size} train / {args.test_size} test, "
+                                    f"{args.epochs} epochs"))
+    result = report.finish(
+        "position", args, rows, seconds=time.perf_counter() - start,
+        cpu_seconds=sum(r["cpu_seconds"] for r in rows),
+        training_seconds=sum(r["seconds"] for r in rows),
+        settings={"lr": LR, "batch_size": BATCH, "dim": DIM, "num_heads": HEADS,
+                  "stem_width": STEM_WIDTH, "cnn_width": CNN_WIDTH},
+    )
+    report.bar_plot(rows, args.out / "position.png", "Is the square left of the circle?",
+                    chance=0.5)
     plot_parameter_stats(histories, BIAS_GROUP, args.out / "position_bias_stats.png",
                          title="Relative-offset bias table: default lr vs 10x lr (Adam)")
     return result

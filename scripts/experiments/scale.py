@@ -18,14 +18,7 @@ import time
 
 import torch
 
-from vitbert.experiments.report import (
-    format_table,
-    parser,
-    print_run,
-    setup,
-    summarize,
-    write_json,
-)
+from vitbert.experiments import report
 from vitbert.experiments.scaling import RecallModel, make_recall, max_gate
 from vitbert.experiments.train import train_classifier
 
@@ -68,9 +61,7 @@ def plot(gates: list[dict], rows: list[dict], path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = parser("scale", __doc__.split("\n")[0], epochs=5, seeds=2)
-    args = p.parse_args(argv)
-    setup(args)
+    args = report.parse_args("scale", __doc__.split("\n")[0], argv, epochs=5, seeds=2)
     start = time.perf_counter()
 
     gates = [{"d": d, "unscaled": max_gate(d, False, NUM_KEYS, TRIALS),
@@ -90,26 +81,16 @@ def main(argv: list[str] | None = None) -> dict:
                                       seed=seed)
             accs.append(result.test_acc)
             losses.append(result.train_loss)
-            print_run(label, seed, result.test_acc, result.seconds, width=16)
-        rows.append(summarize(key, label, range(args.seeds), accs, train_loss=losses))
-    print(format_table(rows, f"Key–value recall at d = {TOY_DIM}, test accuracy (%), "
-                             f"{args.epochs} epochs (chance {100 / SYMBOLS:.1f}%)"))
-    total = time.perf_counter() - start
-    cpu = time.process_time()
-    print(f"total {total:.0f} s wall, {cpu:.0f} s CPU")
-
-    result = {
-        "experiment": "scale",
-        "config": {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
-                   "test_size": args.test_size, "num_keys": NUM_KEYS, "trials": TRIALS,
-                   "toy_dim": TOY_DIM, "pairs": PAIRS, "symbols": SYMBOLS, "lr": LR,
-                   "batch_size": BATCH, "threads": args.threads},
-        "gates": gates,
-        "rows": rows,
-        "seconds": total,
-        "cpu_seconds": cpu,
-    }
-    write_json(result, args.out / "scale.json")
+            report.print_run(label, seed, result.test_acc, result.seconds, width=16)
+        rows.append(report.summarize(key, label, range(args.seeds), accs, train_loss=losses))
+    print(report.format_table(rows, f"Key–value recall at d = {TOY_DIM}, test accuracy (%), "
+                                    f"{args.epochs} epochs (chance {100 / SYMBOLS:.1f}%)"))
+    result = report.finish(
+        "scale", args, rows, seconds=time.perf_counter() - start, cpu_seconds=time.process_time(),
+        settings={"num_keys": NUM_KEYS, "trials": TRIALS, "toy_dim": TOY_DIM, "pairs": PAIRS,
+                  "symbols": SYMBOLS, "lr": LR, "batch_size": BATCH},
+        gates=gates,
+    )
     plot(gates, rows, args.out / "scale.png")
     return result
 

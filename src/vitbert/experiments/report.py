@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 
-def parser(name: str, description: str, epochs: int, seeds: int,
-           train_size: int = 8000, test_size: int = 2000) -> argparse.ArgumentParser:
-    """The options every experiment takes: ``--epochs``, ``--seeds``, ``--out``, ``--threads``,
-    and the sizes of its generated train and test sets."""
+def parse_args(name: str, description: str, argv: list[str] | None, *, epochs: int, seeds: int,
+               workers: bool = False) -> argparse.Namespace:
+    """The options every experiment takes, parsed; torch's threads set and ``--out`` made.
+
+    ``--epochs``, ``--seeds``, ``--out``, ``--threads`` and the sizes of the generated train and
+    test sets; with ``workers``, also ``--workers``: trainings side by side, one process and (by
+    default) one thread each.
+    """
     p = argparse.ArgumentParser(
         prog=f"scripts/experiments/{name}.py", description=description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -27,16 +31,19 @@ def parser(name: str, description: str, epochs: int, seeds: int,
                    help="folder for the JSON results and the PNG plots")
     p.add_argument("--threads", type=int, default=min(os.cpu_count() or 1, 8),
                    help="torch CPU threads")
-    p.add_argument("--train-size", type=int, default=train_size, help="training pictures")
-    p.add_argument("--test-size", type=int, default=test_size, help="test pictures")
-    return p
+    p.add_argument("--train-size", type=int, default=8000, help="training pictures")
+    p.add_argument("--test-size", type=int, default=2000, help="test pictures")
+    if workers:
+        p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                       help="trainings run side by side, one process each (with --threads each)")
+        p.set_defaults(threads=1)  # one thread per worker: the workers share the cores
+    args = p.parse_args(argv)
 
+    import torch  # here, not at the top: an experiment's --help stays instant
 
-def add_workers(p: argparse.ArgumentParser) -> None:
-    """``--workers``: trainings side by side, one process and (by default) one thread each."""
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="trainings run side by side, one process each (with --threads each)")
-    p.set_defaults(threads=1)  # one thread per worker: the workers share the cores
+    torch.set_num_threads(max(args.threads, 1))
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
 
 
 def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int) -> Iterator[Any]:
@@ -51,13 +58,6 @@ def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int) -> Ite
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         futures = [pool.submit(fn, *job) for job in jobs]
         yield from (future.result() for future in futures)
-
-
-def setup(args: argparse.Namespace) -> None:
-    import torch  # here, not at the top: an experiment's --help stays instant
-
-    torch.set_num_threads(max(args.threads, 1))
-    args.out.mkdir(parents=True, exist_ok=True)
 
 
 def print_run(label: str, seed: int, test_acc: float, seconds: float, width: int = 32,
@@ -85,6 +85,30 @@ def format_table(rows: Sequence[dict[str, Any]], title: str) -> str:
         seeds = "  ".join(f"{100 * a:6.1f}" for a in r["test_acc"])
         lines.append(f"{r['label']:{width}}  {100 * r['mean']:5.1f}  {seeds}")
     return "\n".join(lines)
+
+
+def finish(name: str, args: argparse.Namespace, rows: Sequence[dict[str, Any]], *,
+           settings: dict[str, Any], seconds: float, cpu_seconds: float,
+           training_seconds: float | None = None, **extra: Any) -> dict[str, Any]:
+    """Print the time taken, write ``--out/<name>.json`` and return what it holds.
+
+    The JSON records the command-line settings every experiment has (sizes, epochs, seeds,
+    threads, workers) around the experiment's own ``settings``, then ``extra`` results, the rows
+    and the times.
+    """
+    training = ""
+    if training_seconds is not None:
+        training = f", {training_seconds:.0f} s of training in {args.workers} worker(s)"
+    print(f"total {seconds:.0f} s wall{training}, {cpu_seconds:.0f} s of CPU")
+    config = {"epochs": args.epochs, "seeds": args.seeds, "train_size": args.train_size,
+              "test_size": args.test_size, **settings, "threads": args.threads}
+    if "workers" in args:
+        config["workers"] = args.workers
+    times = {"seconds": seconds, "training_seconds": training_seconds, "cpu_seconds": cpu_seconds}
+    result = {"experiment": name, "config": config, **extra, "rows": list(rows),
+              **{key: value for key, value in times.items() if value is not None}}
+    write_json(result, args.out / f"{name}.json")
+    return result
 
 
 def write_json(obj: dict[str, Any], path: Path) -> Path:
