@@ -18,7 +18,7 @@ from vitbert.bench.cuda import cuda_benchmark, device_peak_tflops
 from vitbert.bench.reference import ReferenceModel
 from vitbert.bench.step import SplitQKV, manual_attention, pad_batches, synthetic_batches
 from vitbert.models import VitBert, VitBertConfig
-from vitbert.nn import Attention, Block, BlockConfig, key_padding_mask
+from vitbert.nn import Attention, AttentionContext, Block, BlockConfig, key_padding_mask
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -55,7 +55,7 @@ def test_block_hand_count():
     assert flops.block_flops(B, L, D, H) == hand
     block = Block(BlockConfig(D, H))
     mask = key_padding_mask(torch.ones(B, L, dtype=torch.bool))
-    assert counted(lambda: block(torch.randn(B, L, D), mask)) == hand
+    assert counted(lambda: block(torch.randn(B, L, D), AttentionContext(mask))) == hand
     assert flops.StepFlops({"block": hand}).step_total == 3 * hand
 
 
@@ -111,12 +111,12 @@ def test_lever_variants_compute_the_same():
     x = torch.randn(2, 6, 16)
     keep = torch.ones(2, 6, dtype=torch.bool)
     keep[1, 4:] = False
-    mask = key_padding_mask(keep)
-    fused, _ = attn(x, mask)
+    context = AttentionContext(key_padding_mask(keep))
+    fused, _ = attn(x, context)
     with manual_attention():
-        manual, _ = attn(x, mask)
+        manual, _ = attn(x, context)
     attn.qkv = SplitQKV(attn.qkv)
-    split, _ = attn(x, mask)
+    split, _ = attn(x, context)
     torch.testing.assert_close(manual, fused)
     torch.testing.assert_close(split, fused)
 

@@ -6,7 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from vitbert.nn import Attention, Block, BlockConfig, combine_masks, key_padding_mask
+from vitbert.nn import (
+    Attention,
+    AttentionContext,
+    Block,
+    BlockConfig,
+    combine_masks,
+    key_padding_mask,
+)
 
 
 def manual_attention(attn: Attention, x, allowed=None):
@@ -30,7 +37,7 @@ def test_matches_manual_formula():
     attn = Attention(32, 4).eval()
     x = torch.randn(3, 7, 32)
     mask = key_padding_mask(padding([7, 5, 2], 7))
-    out, _ = attn(x, mask)
+    out, _ = attn(x, AttentionContext(mask))
     torch.testing.assert_close(out, manual_attention(attn, x, mask), atol=1e-5, rtol=1e-5)
     out, _ = attn(x)
     torch.testing.assert_close(out, manual_attention(attn, x), atol=1e-5, rtol=1e-5)
@@ -40,8 +47,8 @@ def test_weights_path_matches_fused_path():
     attn = Attention(32, 4).eval()
     x = torch.randn(2, 6, 32)
     mask = key_padding_mask(padding([6, 3], 6))
-    fused, _ = attn(x, mask)
-    explicit, weights = attn(x, mask, need_weights=True)
+    fused, _ = attn(x, AttentionContext(mask))
+    explicit, weights = attn(x, AttentionContext(mask), need_weights=True)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
     assert (weights[1, :, :, 3:] == 0).all()  # padded keys receive nothing
@@ -59,7 +66,7 @@ def test_matches_torch_multihead_attention(masked):
         ref.out_proj.bias.copy_(ours.proj.bias)
     x = torch.randn(3, 9, D)
     real = padding([9, 4, 1], 9) if masked else torch.ones(3, 9, dtype=torch.bool)
-    out, _ = ours(x, key_padding_mask(real))
+    out, _ = ours(x, AttentionContext(key_padding_mask(real)))
     # nn.MultiheadAttention's key_padding_mask is the opposite polarity: True = ignore.
     expected, _ = ref(x, x, x, key_padding_mask=~real, need_weights=False)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
@@ -84,7 +91,7 @@ def test_block_matches_transformer_encoder_layer(norm_first):
         ref.norm2.load_state_dict(ours.norm2.state_dict())
     x = torch.randn(2, 5, D)
     real = padding([5, 3], 5)
-    out, _ = ours(x, key_padding_mask(real))
+    out, _ = ours(x, AttentionContext(key_padding_mask(real)))
     expected = ref(x, src_key_padding_mask=~real)
     # PyTorch's fast path may zero padded rows; compare the real positions.
     torch.testing.assert_close(out[real], expected[real], atol=1e-5, rtol=1e-5)
@@ -105,11 +112,11 @@ def test_fully_blocked_rows_are_finite(dtype):
     real = padding([4, 2, 0], 4)  # the last sequence is all padding
     mask = key_padding_mask(real)
     for need_weights in (False, True):
-        out, _ = attn(x, mask, need_weights=need_weights)
+        out, _ = attn(x, AttentionContext(mask), need_weights=need_weights)
         assert torch.isfinite(out).all()
     causal = torch.ones(4, 4, dtype=torch.bool).tril()
     nothing = torch.zeros(4, 4, dtype=torch.bool)
-    out, _ = attn(x, combine_masks(causal, nothing))
+    out, _ = attn(x, AttentionContext(combine_masks(causal, nothing)))
     assert torch.isfinite(out).all()
 
 
@@ -117,11 +124,11 @@ def test_bias_is_added_to_scores():
     attn = Attention(16, 2).eval()
     x = torch.randn(1, 5, 16)
     bias = torch.randn(2, 5, 5)
-    out, _ = attn(x, bias=bias)
-    explicit, weights = attn(x, bias=bias, need_weights=True)
+    out, _ = attn(x, AttentionContext(bias=bias))
+    explicit, weights = attn(x, AttentionContext(bias=bias), need_weights=True)
     torch.testing.assert_close(out, explicit, atol=1e-5, rtol=1e-5)
     # A huge bias towards key 0 makes every query attend to key 0 alone.
     pull = torch.zeros(2, 5, 5)
     pull[..., 0] = 1e4
-    _, weights = attn(x, bias=pull, need_weights=True)
+    _, weights = attn(x, AttentionContext(bias=pull), need_weights=True)
     torch.testing.assert_close(weights[..., 0], torch.ones(1, 2, 5))

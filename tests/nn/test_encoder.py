@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from vitbert.nn import BlockConfig, Encoder, key_padding_mask
+from vitbert.nn import AttentionContext, BlockConfig, Encoder, key_padding_mask
 
 
 def make_encoder(depth=2, **kwargs):
@@ -17,7 +17,7 @@ def test_padding_does_not_change_real_positions(mlp):
     alone = encoder(x)
     padded = torch.cat([x, torch.randn(1, 3, 32) * 10], dim=1)  # random junk after the end
     real = torch.tensor([[True] * 5 + [False] * 3])
-    out = encoder(padded, key_padding_mask(real))
+    out = encoder(padded, AttentionContext(key_padding_mask(real)))
     torch.testing.assert_close(out[:, :5], alone, atol=1e-5, rtol=1e-5)
 
 
@@ -64,9 +64,9 @@ def test_half_precision_padded_batch_is_finite(dtype):
     real = torch.arange(6)[None] < torch.tensor([6, 2, 0])[:, None]  # last row fully padded
     if dtype == torch.bfloat16:
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = encoder(x, key_padding_mask(real))
+            out = encoder(x, AttentionContext(key_padding_mask(real)))
     else:
-        out = encoder.to(dtype)(x.to(dtype), key_padding_mask(real))
+        out = encoder.to(dtype)(x.to(dtype), AttentionContext(key_padding_mask(real)))
         assert out.dtype == dtype
     assert torch.isfinite(out).all()
     assert (out[0] != 0).any()  # a real row carries signal (finite is not enough: zeros are too)

@@ -2,7 +2,14 @@
 
 import torch
 
-from vitbert.nn import BlockConfig, Encoder, KVCache, key_padding_mask, seq2seq_mask
+from vitbert.nn import (
+    AttentionContext,
+    BlockConfig,
+    Encoder,
+    KVCache,
+    key_padding_mask,
+    seq2seq_mask,
+)
 
 
 def test_seq2seq_mask_blocks_exactly_the_future_words():
@@ -31,12 +38,12 @@ def test_cached_encoder_equals_one_pass_under_the_causal_mask():
     encoder = Encoder(BlockConfig(dim=16, num_heads=2), depth=2).eval()
     x = torch.randn(3, 7, 16)
     N = 2
-    full = encoder(x, seq2seq_mask(N, torch.ones(3, 7, dtype=torch.bool)))
+    full = encoder(x, AttentionContext(seq2seq_mask(N, torch.ones(3, 7, dtype=torch.bool))))
     cache = KVCache(2)
-    parts = [encoder(x[:, :N], None, cache=cache)]  # image tokens first, among themselves
+    parts = [encoder(x[:, :N], cache=cache)]  # image tokens first, among themselves
     for t in range(N, 7):  # then one word at a time, seeing everything cached
-        parts.append(encoder(x[:, t:t + 1], torch.ones(1, 1, 1, t + 1, dtype=torch.bool),
-                             cache=cache))
+        sees_all = AttentionContext(torch.ones(1, 1, 1, t + 1, dtype=torch.bool))
+        parts.append(encoder(x[:, t:t + 1], sees_all, cache=cache))
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
     assert len(cache) == 7
     cache.crop(4)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from vitbert.nn import KVCache
+from vitbert.nn import AttentionContext, KVCache
 
 NEG_INF = float("-inf")
 
@@ -70,7 +70,7 @@ class _NextWord:
         if self.cache is not None and images is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
             image = model.text.embeddings.image(model.encode_image(images))  # (R, N, D)
-            model.text.encoder(image, None, cache=self.cache)
+            model.text.encoder(image, cache=self.cache)
         self.num_rows = rows
 
     def select(self, index: Tensor) -> None:
@@ -96,7 +96,7 @@ class _NextWord:
         # The new pieces see everything cached and, among themselves, what is at or left of them.
         causal = torch.ones(n, n, dtype=torch.bool, device=new.device).tril()
         mask = torch.cat((causal.new_ones(n, past), causal), dim=1)[None, None]  # (1, 1, n, P+n)
-        hidden = self.model.text.encoder(x, mask, cache=self.cache)  # (R, n, D)
+        hidden = self.model.text.encoder(x, AttentionContext(mask), cache=self.cache)  # (R, n, D)
         self.cache.crop(past + n - 1)  # the [MASK] was read only to be predicted
         self.written = t
         return self.model.mlm_head(hidden[:, -1]).float().log_softmax(dim=-1)  # (R, V)

@@ -24,7 +24,14 @@ from torch import Tensor, nn
 
 from vitbert.experiments.data import IMAGE_SIZE
 from vitbert.models.patch_embed import ConvStem
-from vitbert.nn import BlockConfig, Encoder, LearnedPosition, RelativePositionBias2D, Rotary2D
+from vitbert.nn import (
+    AttentionContext,
+    BlockConfig,
+    Encoder,
+    LearnedPosition,
+    RelativePositionBias2D,
+    Rotary2D,
+)
 
 Position = Literal["none", "learned", "bias", "rope2d"]
 POSITIONS: tuple[str, ...] = ("none", "learned", "bias", "rope2d")
@@ -158,7 +165,7 @@ class AttentionClassifier(nn.Module):
         if self.pos is not None:
             x = self.pos(x)
         bias = self.bias() if self.bias is not None else None  # (H, N, N)
-        return self.encoder(x, rotary=self.rotary, bias=bias)  # (B, N, D)
+        return self.encoder(x, AttentionContext(rotary=self.rotary, bias=bias))  # (B, N, D)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.tokens(x))

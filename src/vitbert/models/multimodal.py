@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
 from vitbert.models.vit import build_image_tower, init_transformer_weights
-from vitbert.nn import key_padding_mask, seq2seq_mask
+from vitbert.nn import AttentionContext, key_padding_mask, seq2seq_mask
 
 # Bidirectional: every token sees every token (MLM). Seq2seq: a word sees the image and the words
 # to its left (generation, Unified VLP); image tokens never see words in either.
@@ -129,7 +129,7 @@ class VitBert(nn.Module):
             keep = torch.cat((image_mask.bool(), keep), dim=1)  # (B, L)
         seq2seq = attention_mode == "seq2seq"
         mask = seq2seq_mask(N, keep) if seq2seq else key_padding_mask(keep)  # (B, 1, L|1, L)
-        out = self.text.encoder(words, mask, return_attention=return_attention)
+        out = self.text.encoder(words, AttentionContext(mask), return_attention)
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if target_mask is not None:

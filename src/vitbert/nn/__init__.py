@@ -21,6 +21,7 @@ Masks combine with :func:`combine_masks` ("blocked if any rule blocks" = logical
 
 from vitbert.nn.attention import (
     Attention,
+    AttentionContext,
     KVCache,
     LayerCache,
     combine_masks,
@@ -41,6 +42,7 @@ from vitbert.nn.position import (
 __all__ = [
     "MLP",
     "Attention",
+    "AttentionContext",
     "Block",
     "BlockConfig",
     "Encoder",

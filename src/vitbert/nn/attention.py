@@ -10,6 +10,7 @@ flash / memory-efficient kernels are used where the hardware has them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -100,14 +101,31 @@ class QueryKeyTransform(Protocol):
     def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]: ...
 
 
+@dataclass(frozen=True, eq=False)
+class AttentionContext:
+    """What attention needs besides the tokens: who may see whom, and where they stand.
+
+    One value an encoder hands unchanged to every block, and each block to its attention; it is
+    the same for every layer of one forward pass. ``mask``: boolean, True = may attend,
+    broadcastable to (B, H, L, S) (see :mod:`vitbert.nn`). ``rotary``: a transform of q and k
+    (RoPE). ``bias``: added to the scores, (H, L, S) or (B, H, L, S) (the learned
+    relative-offset bias). ``None`` everywhere = every token sees every token, no position.
+    """
+
+    mask: Tensor | None = None
+    rotary: QueryKeyTransform | None = None
+    bias: Tensor | None = None
+
+
+NO_CONTEXT = AttentionContext()
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with a fused QKV projection (timm names: ``qkv``, ``proj``).
 
-    ``forward`` takes an optional boolean mask (True = may attend), an optional ``rotary``
-    transform of q and k, and an optional additive ``bias`` of shape (H, L, L) or (B, H, L, L)
-    (the learned relative-offset bias). A query row whose keys are all blocked would be
-    ``softmax(-inf, ..., -inf) = NaN``; such rows are let attend everywhere and their output is
-    zeroed, so a fully padded sequence gives finite zeros in every precision.
+    A query row whose keys are all blocked would be ``softmax(-inf, ..., -inf) = NaN``; such
+    rows are let attend everywhere and their output is zeroed, so a fully padded sequence gives
+    finite zeros in every precision.
     """
 
     def __init__(
@@ -131,31 +149,25 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        rotary: QueryKeyTransform | None = None,
-        bias: Tensor | None = None,
-        need_weights: bool = False,
-        cache: LayerCache | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, context: AttentionContext = NO_CONTEXT,
+                need_weights: bool = False, cache: LayerCache | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         """Return the attended output (B, L, D) and, when asked, the weights (B, H, L, S).
 
         With a ``cache`` holding P earlier tokens, ``x`` holds only the L new ones: their keys
-        and values join the cache and they attend over all S = P + L (``mask`` is then
+        and values join the cache and they attend over all S = P + L (``context.mask`` is then
         (B, 1|H, L, S)). Without one, S = L.
         """
         B, L, D = x.shape
         qkv = self.qkv(x).view(B, L, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, L, Dh)
-        if rotary is not None:
-            q, k = rotary(q, k)
+        if context.rotary is not None:
+            q, k = context.rotary(q, k)
         if cache is not None:
             k, v = cache.extend(k, v)  # (B, H, S, Dh)
         S = k.shape[2]
 
-        row_is_live = None
+        mask, bias, row_is_live = context.mask, context.bias, None
         if mask is not None:
             mask = mask.expand(B, -1, L, S) if mask.shape[-2] == 1 else mask
             row_is_live = mask.any(dim=-1, keepdim=True)  # (B, H|1, L, 1)

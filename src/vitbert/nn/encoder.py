@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from timm.layers import DropPath
 from torch import Tensor, nn
 
-from vitbert.nn.attention import Attention, KVCache, LayerCache, QueryKeyTransform
+from vitbert.nn.attention import NO_CONTEXT, Attention, AttentionContext, KVCache, LayerCache
 from vitbert.nn.mlp import MLPKind, build_mlp
 
 
@@ -62,22 +62,15 @@ class Block(nn.Module):
         rate = c.drop_path if drop_path is None else drop_path
         self.drop_path = DropPath(rate) if rate > 0 else nn.Identity()
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        rotary: QueryKeyTransform | None = None,
-        bias: Tensor | None = None,
-        need_weights: bool = False,
-        cache: LayerCache | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, context: AttentionContext = NO_CONTEXT,
+                need_weights: bool = False, cache: LayerCache | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         if self.norm_first:
-            attended, weights = self.attn(self.norm1(x), mask, rotary, bias, need_weights,
-                                          cache=cache)
+            attended, weights = self.attn(self.norm1(x), context, need_weights, cache)
             x = x + self.drop_path(attended)
             x = x + self.drop_path(self.mlp(self.norm2(x)))
         else:
-            attended, weights = self.attn(x, mask, rotary, bias, need_weights, cache=cache)
+            attended, weights = self.attn(x, context, need_weights, cache)
             x = self.norm1(x + self.drop_path(attended))
             x = self.norm2(x + self.drop_path(self.mlp(x)))
         return x, weights
@@ -96,23 +89,18 @@ class Encoder(nn.Module):
         final_norm = config.norm_first  # post-norm blocks already end in a LayerNorm
         self.norm = nn.LayerNorm(config.dim, eps=config.norm_eps) if final_norm else nn.Identity()
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        rotary: QueryKeyTransform | None = None,
-        bias: Tensor | None = None,
-        return_attention: bool = False,
-        cache: KVCache | None = None,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """x: (B, L, D); mask: boolean, broadcastable to (B, H, L, L). Returns (B, L, D).
+    def forward(self, x: Tensor, context: AttentionContext = NO_CONTEXT,
+                return_attention: bool = False, cache: KVCache | None = None
+                ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """x: (B, L, D) → (B, L, D); every block reads the same ``context`` (mask, positions).
 
-        With a ``cache`` of P earlier tokens, x holds the L new ones and mask is (B, 1, L, P + L).
+        With a ``cache`` of P earlier tokens, x holds the L new ones and ``context.mask`` is
+        (B, 1, L, P + L).
         """
         attention = []
         layers = cache.layers if cache is not None else [None] * len(self.blocks)
         for block, layer in zip(self.blocks, layers, strict=True):
-            x, weights = block(x, mask, rotary, bias, need_weights=return_attention, cache=layer)
+            x, weights = block(x, context, need_weights=return_attention, cache=layer)
             attention.append(weights)
         x = self.norm(x)
         return (x, attention) if return_attention else x
