@@ -8,7 +8,6 @@ The hostile file is a checkpoint-shaped dict holding one object whose unpickling
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
 import sys
@@ -19,14 +18,13 @@ import torch
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent / "lit"))
+from helpers import load_script
 from tiny_run import TINY_MODEL, tiny_shapes
 
 from vitbert.cli import main
 from vitbert.io import CheckpointError, export, load_model, read_checkpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.predict import FillMask
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 class _RunsCode:
@@ -108,13 +106,6 @@ def test_fine_tuning_init_from_refuses_code(hostile, shapes, tmp_path, monkeypat
     assert not marker.exists()
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("script", ["predict", "export", "demo"])
 def test_scripts_refuse_code(hostile, tmp_path, capsys, script):
     path, marker = hostile
@@ -123,7 +114,7 @@ def test_scripts_refuse_code(hostile, tmp_path, capsys, script):
     argv = {"predict": ["--ckpt", str(path), "--image", str(photo), "--text", "a [MASK] ."],
             "export": ["--ckpt", str(path), "--out", str(tmp_path / "out")],
             "demo": ["--ckpt", str(path)]}[script]
-    module = _script(script)
+    module = load_script(script)
     # demo: run() is main() without its SIGTERM handler and temp folder, which the test keeps.
     status = module.run(module.parse_args(argv)) if script == "demo" else module.main(argv)
     assert status == 2

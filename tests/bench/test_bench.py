@@ -4,12 +4,11 @@ assertions)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_script
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -19,8 +18,6 @@ from vitbert.bench.reference import ReferenceModel
 from vitbert.bench.step import SplitQKV, manual_attention, pad_batches, synthetic_batches
 from vitbert.models import VitBert, VitBertConfig
 from vitbert.nn import Attention, AttentionContext, Block, BlockConfig, key_padding_mask
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def counted(fn) -> int:
@@ -148,13 +145,6 @@ def test_cuda_section_skips_without_cuda():
     assert cuda_benchmark({}) == {"skipped": "no CUDA"}
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_script", SCRIPTS / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_bench_script_json(tmp_path, capsys):
     yaml_text = """
 model:
@@ -176,7 +166,7 @@ data:
     threads = torch.get_num_threads()
     try:
         with torch.random.fork_rng():
-            _load_bench().main(argv)
+            load_script("bench").main(argv)
     finally:
         torch.set_num_threads(threads)
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

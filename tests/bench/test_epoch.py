@@ -4,12 +4,11 @@ and one tiny run of all three contenders (figures present; no timing assertions)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
-from pathlib import Path
 
 import torch
+from helpers import load_script
 from torch import nn
 
 from vitbert.bench.data import make_jpeg_folder
@@ -23,8 +22,6 @@ from vitbert.bench.epoch import (
 from vitbert.bench.flops import vitbert_step_flops
 from vitbert.data.tokenizer import train_wordpiece
 from vitbert.models import VitBertConfig
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def tiny_config() -> VitBertConfig:
@@ -115,9 +112,7 @@ def test_epoch_benchmark_runs_every_contender(tmp_path):
 
 
 def test_bench_script_has_the_epoch_section():
-    spec = importlib.util.spec_from_file_location("bench_script", SCRIPTS / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("bench")
     args = module.parse_args(["--epoch", "--epoch-steps", "3"])
     assert "epoch" in args.sections and args.epoch_steps == 3
     assert "epoch" not in module.parse_args([]).sections  # minutes: only on request

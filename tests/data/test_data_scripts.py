@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import warnings
-from pathlib import Path
 
 import pytest
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from helpers import REPO, load_script
 
 
 def test_prepare_data_help_explains_the_formats(capsys):
     with pytest.raises(SystemExit):
-        _load("prepare_data").main(["--help"])
+        load_script("prepare_data").main(["--help"])
     text = capsys.readouterr().out
     for needle in ["results_20130124.token", "results.csv", "dataset_flickr30k.json",
                    "flickr_annotations_30k.csv", "2199200615.jpg", "--image-size", "--out"]:
@@ -34,7 +24,7 @@ def test_prepare_data_prints_one_json_line(flickr_root, tmp_path, capsys):
             "--workers", "0", "--max-bad-fraction", "0.5"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _load("prepare_data").main(argv)
+        load_script("prepare_data").main(argv)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     summary = json.loads(last)
     assert list(summary) == ["format", "images", "captions", "skipped", "splits"]
@@ -44,15 +34,15 @@ def test_prepare_data_prints_one_json_line(flickr_root, tmp_path, capsys):
 
 def test_prepare_data_bad_root_exits_with_the_reason(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
-        _load("prepare_data").main(["--root", str(tmp_path), "--out", str(tmp_path / "c")])
+        load_script("prepare_data").main(["--root", str(tmp_path), "--out", str(tmp_path / "c")])
     assert exited.value.code == 2  # a user's mistake, as in every script
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {tmp_path}: no Flickr30k annotation file")
 
 
 def test_prepare_data_default_cache_is_the_one_the_flickr30k_config_reads():
-    prepare = _load("prepare_data")
-    from_config = prepare.parse_args(["--config", str(SCRIPTS.parent / "configs/flickr30k.yaml")])
+    prepare = load_script("prepare_data")
+    from_config = prepare.parse_args(["--config", str(REPO / "configs/flickr30k.yaml")])
     assert (from_config.root, from_config.out, from_config.image_size) == (
         "data/flickr30k", "data/flickr30k-cache-224", 224)
     from vitbert.data import flickr30k
@@ -77,7 +67,7 @@ data:
 """)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _load("prepare_data").main(["--config", str(config), "--workers", "0"])
+        load_script("prepare_data").main(["--config", str(config), "--workers", "0"])
     assert json.loads((cache_dir / "cache.json").read_text())["settings"]["image_size"] == 16
     source = Flickr30kSource(root=str(root), cache_dir=str(cache_dir), max_bad_fraction=0.5)
     dm = CaptionDataModule(source=source, image_size=16, num_workers=0)
@@ -90,7 +80,7 @@ def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path, capsys):
     config = tmp_path / "shapes.yaml"
     config.write_text("data: {source: {class_path: vitbert.data.ShapesSource}}\n")
     with pytest.raises(SystemExit) as exited:
-        _load("prepare_data").main(["--config", str(config)])
+        load_script("prepare_data").main(["--config", str(config)])
     assert exited.value.code == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: --config {config}: data.source is not a Flickr30kSource")
@@ -99,7 +89,7 @@ def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path, capsys):
 def test_bench_data_section_json(capsys):
     argv = ["--sections", "data", "--json", "--data-images", "12", "--data-image-size", "32",
             "--data-batch-size", "8", "--data-workers", "0", "--data-batches", "2"]
-    _load("bench").main(argv)
+    load_script("bench").main(argv)
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     d = out["data"]
     assert d["images"] == 12 and d["cached_samples_per_s"] > 0 and d["decode_samples_per_s"] > 0

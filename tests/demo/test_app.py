@@ -3,13 +3,8 @@ where uploads land, and the script's own errors."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "demo.py"
+from helpers import REPO, load_script
 
 gradio_client = pytest.importorskip("gradio_client")
 
@@ -59,13 +54,6 @@ def test_uploads_land_only_in_the_servers_temp_folder(client, demo_server, train
     assert not list(REPO.glob("**/*.pyi"))
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("demo_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("case", ["not a checkpoint", "no examples folder"])
 def test_script_exits_2_with_one_line(case, trained, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # main() sets it; restored after
@@ -76,7 +64,7 @@ def test_script_exits_2_with_one_line(case, trained, tmp_path, capsys, monkeypat
         argv = ["--ckpt", str(bad)]
     else:
         argv = ["--ckpt", str(trained.ckpt), "--examples", str(tmp_path / "none")]
-    assert load_script().main([*argv, "--device", "cpu"]) == 2
+    assert load_script("demo").main([*argv, "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
     assert ("--examples" in err[0]) == (case == "no examples folder")

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_script
 
 from vitbert.analysis import Readings, summarise, word_class
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "analyze.py"
-
-
-def _analyze():
-    spec = importlib.util.spec_from_file_location("analyze_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
 
 
 def test_word_classes():
@@ -45,8 +35,9 @@ def test_summary_ranks_words_by_gain_and_counts_classes():
 
 def test_analyze_a_checkpoint(trained, tmp_path, capsys):
     out, figures = tmp_path / "analysis.png", tmp_path / "figures.json"
-    rc = _analyze()(["--ckpt", str(trained.ckpt), "--split", "val", "--out", str(out),
-                     "--top", "5", "--min-count", "1", "--json", str(figures)])
+    rc = load_script("analyze").main(["--ckpt", str(trained.ckpt), "--split", "val",
+                                      "--out", str(out), "--top", "5", "--min-count", "1",
+                                      "--json", str(figures)])
     assert rc == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     s = json.loads(figures.read_text())
@@ -68,7 +59,8 @@ def test_mistakes_exit_2_with_one_line(problem, trained, not_a_checkpoint, tmp_p
     ckpt = {"missing": tmp_path / "nope.ckpt", "not_a_checkpoint": not_a_checkpoint,
             "split": trained.ckpt}[problem]
     split = "validation" if problem == "split" else "val"
-    rc = _analyze()(["--ckpt", str(ckpt), "--split", split, "--out", str(tmp_path / "a.png")])
+    rc = load_script("analyze").main(["--ckpt", str(ckpt), "--split", split,
+                                      "--out", str(tmp_path / "a.png")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("error: ") and "\n" not in err
     assert not (tmp_path / "a.png").exists()

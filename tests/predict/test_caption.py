@@ -6,26 +6,18 @@ tests check shapes, plumbing and errors (what decoding writes is tested in tests
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import SCRIPTS, load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "caption.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("caption_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = SCRIPTS / "caption.py"
 
 
-script = _load_script()
+script = load_script("caption")
 
 
 @pytest.fixture(scope="module")

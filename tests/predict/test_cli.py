@@ -7,27 +7,19 @@ cheap; one full run with --json is the end-to-end check (the pictures are tested
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import SCRIPTS, load_script
 from PIL import Image
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "predict.py"
+SCRIPT = SCRIPTS / "predict.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("predict_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-script = _load_script()
+script = load_script("predict")
 TEXT = "a large [MASK] circle [MASK] a small square"
 
 
