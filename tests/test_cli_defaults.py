@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
+from docstring_parser import parse_from_object
 
 from vitbert.cli import DEFAULT_CONFIG, VitBertCLI, _cli
+from vitbert.models import VitBertConfig
 
 
 class _ParsersBuiltError(Exception):
@@ -24,11 +28,17 @@ class _ParsersOnly(VitBertCLI):
 
 
 @pytest.fixture(scope="module")
-def defaults() -> dict:
-    """The fit subcommand's parser defaults, without --config."""
+def fit_parser():
+    """The fit subcommand's parser, as `train.py fit` builds it."""
     with pytest.raises(_ParsersBuiltError) as stopped:
         _cli(["fit"], cli_class=_ParsersOnly)
-    return stopped.value.cli._parser("fit").get_defaults().as_dict()
+    return stopped.value.cli._parser("fit")
+
+
+@pytest.fixture(scope="module")
+def defaults(fit_parser) -> dict:
+    """The fit subcommand's parser defaults, without --config."""
+    return fit_parser.get_defaults().as_dict()
 
 
 def leaves(tree: dict, prefix: str = ""):
@@ -60,3 +70,31 @@ def test_the_defaults_that_once_differed(defaults):
     assert lookup(defaults, "data.mlm_probability") == 0.3
     assert lookup(defaults, "trainer.max_epochs") == 3
     assert lookup(defaults, "data.source.class_path") == "vitbert.data.ShapesSource"
+
+
+def _documented_fields(config) -> list[tuple[str, str]]:
+    """(dotted field name, its attribute docstring) for every setting of a config dataclass."""
+    docs = {}
+    for klass in reversed(type(config).__mro__[:-1]):  # a subclass's docstring wins over its base's
+        docs |= {p.arg_name: p.description for p in parse_from_object(klass).params}
+    found = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            found += [(f"{field.name}.{name}", doc) for name, doc in _documented_fields(value)]
+        else:
+            assert docs.get(field.name), f"{type(config).__name__}.{field.name}: no docstring"
+            found.append((field.name, docs[field.name]))
+    return found
+
+
+def test_fit_help_explains_every_architecture_setting(fit_parser):
+    """Each VitBertConfig field is its own `--model.net.*` flag, explained by its docstring.
+
+    One reason the LightningModule takes a config, not a built VitBert (docs/architecture.md):
+    injected as an nn.Module, these flags would leave `fit --help` for `--model.net.help`.
+    """
+    text = " ".join(fit_parser.format_help().split())
+    for name, doc in _documented_fields(VitBertConfig()):
+        assert f"--model.net.{name} " in text, name
+        assert " ".join(doc.split()[:4]) in text, (name, doc)
