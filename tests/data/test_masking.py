@@ -211,7 +211,8 @@ def test_each_photo_is_stacked_once_and_image_index_hands_it_out(tok):
         return image
 
     items = [{"image": torch.full((3, 4, 4), row, dtype=torch.uint8), "caption": caption,
-              "index": i, "row": row} for i, (row, caption) in enumerate(zip(rows, _captions(7)))]
+              "index": i, "row": row}
+             for i, (row, caption) in enumerate(zip(rows, _captions(7), strict=True))]
     b = MLMCollator(tok, image_transform=crop)(items)
     assert b["images"].shape == (4, 3, 4, 4)  # (P, 3, S, S)
     assert b["images"][:, 0, 0, 0].tolist() == [4, 9, 2, 7]  # in order of first appearance
