@@ -26,9 +26,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
+from vitbert.data.features import select_captions
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import load_model
-from vitbert.lit.conditions import another_photo
+from vitbert.lit.conditions import ANOTHER_PHOTO, TEXT_ONLY, WITH_PHOTO, another_photo
+from vitbert.lit.loss import masked_logits
 
 _COLOURS = """
     black white brown red blue green yellow orange pink purple grey gray tan blond blonde golden
@@ -119,24 +121,24 @@ def read_split(ckpt: str | Path, split: str = "val", root: str | None = None,
     loader, dataset = rebuild_loader(ckpt, split, root, cache_dir)
     out = Readings()
     for batch in loader:
-        source, has_other = another_photo(batch["image_id"])  # the shared control
+        _, has_other = another_photo(batch["image_id"])  # the shared control
         out.skipped_captions += int((~has_other).sum())
         if not has_other.any():
             continue
-        keep = has_other
-        ids, attn, labels = (batch[k][keep] for k in ("input_ids", "attention_mask", "labels"))
-        images = batch["images"][keep]  # (B', 3, S, S)
-        others = batch["images"][source[keep]]
-        targets_at = labels != IGNORE_INDEX  # (B', T)
-        truth = labels[targets_at]  # (M,)
-        for pictures, name in ((images, "with"), (others, "another"), (None, "text")):
-            logits = model(ids, attn, images=pictures, target_mask=targets_at).float()  # (M, V)
+        batch = select_captions(batch, has_other)
+        ids = batch["input_ids"]  # (B', T)
+        targets_at = batch["labels"] != IGNORE_INDEX  # (B', T)
+        truth = batch["labels"][targets_at]  # (M,)
+        for condition, name in ((WITH_PHOTO, "with"), (ANOTHER_PHOTO, "another"),
+                                (TEXT_ONLY, "text")):
+            photos, _ = condition.view(batch)  # the module's own readings of the batch
+            logits = masked_logits(model, batch, photos).float()  # (M, V)
             p_true = logits.softmax(-1).gather(1, truth[:, None])[:, 0]  # (M,)
             top = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1).indices  # (M, 5)
             getattr(out, f"p_{name}").extend(p_true.tolist())
             getattr(out, f"hit_{name}").extend((top == truth[:, None]).any(-1).tolist())
-        out.is_content.extend(batch["content_mask"][keep][targets_at].tolist())
-        indices = batch["index"][keep].tolist()
+        out.is_content.extend(batch["content_mask"][targets_at].tolist())
+        indices = batch["index"].tolist()
         rows, cols = targets_at.nonzero(as_tuple=True)
         for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
             out.words.append(_word_at(tokenizer, dataset.captions[indices[r]], c,

@@ -71,6 +71,19 @@ def test_model_flops_match_torch_counter(image_tokens, masked_only):
     assert total == f.forward_total
 
 
+def test_flops_count_each_distinct_photo_once():
+    config = tiny_config(image_tokens="patches")
+    model = VitBert(config)
+    batch = synthetic_batches(config, 3, n_batches=1, mean_len=7)[0]
+    target = batch["labels"] != -100
+    T, M = batch["input_ids"].shape[1], int(target.sum())
+    f = flops.vitbert_step_flops(config, 3, T, M, photos=2)
+    assert f.forward_total < flops.vitbert_step_flops(config, 3, T, M).forward_total
+    assert counted(lambda: model(batch["input_ids"], batch["attention_mask"],
+                                 images=batch["images"][:2], target_mask=target,
+                                 image_index=torch.tensor([0, 1, 0]))) == f.forward_total
+
+
 def test_vit_kind_flops_match_torch_counter():
     config = VitBertConfig.from_dict({
         "image": {"kind": "vit", "image_size": 32, "patch_size": 8, "dim": 16, "depth": 1,

@@ -88,9 +88,13 @@ def test_frozen_step_has_no_image_tower_work():
     config = tiny_config()
     full = vitbert_step_flops(config, 4, 12, 5)
     tower = full.forward["patch_embed"] + full.forward["image_encoder"]
-    assert step_flops("frozen", config, 4, 12, 5) == full.step_total - 3 * tower
-    assert step_flops("ours", config, 4, 12, 5) == full.step_total
-    assert step_flops("obvious", config, 4, 40, 5) > step_flops("ours", config, 4, 12, 5)
+    assert step_flops("frozen", config, 4, 12, 5, photos=4) == full.step_total - 3 * tower
+    assert step_flops("ours", config, 4, 12, 5, photos=4) == full.step_total
+    # Four captions of two photos: the tower and projector run twice, not four times.
+    per_photo = (tower + full.forward["projector"]) // 4
+    assert step_flops("ours", config, 4, 12, 5, photos=2) == full.step_total - 3 * 2 * per_photo
+    assert step_flops("obvious", config, 4, 40, 5, photos=4) > step_flops("ours", config, 4, 12,
+                                                                         5, photos=4)
 
 
 def test_epoch_benchmark_runs_every_contender(tmp_path):
@@ -105,6 +109,8 @@ def test_epoch_benchmark_runs_every_contender(tmp_path):
     assert out["obvious"]["mean_text_len"] == 40  # padded to max_len
     assert out["ours"]["mean_text_len"] < 40  # per-batch padding
     assert "image_tower" in out["ours"]["seconds_by_part"]
+    # Five captions a photo, kept together: 4 captions hold at most 2 photos, each run once.
+    assert out["obvious"]["mean_photos"] == 4 and out["ours"]["mean_photos"] <= 2
     assert "image_tower" not in out["frozen"]["seconds_by_part"]  # never run
     assert out["frozen"]["one_time_s"]["feature_cache_build"] >= 0
     assert out["steps_per_contender"]["frozen"] == 4 * out["steps_per_contender"]["ours"]

@@ -80,15 +80,21 @@ def test_flickr30k_datamodule_end_to_end(flickr_root, tmp_path):
     source = Flickr30kSource(root=str(root), cache_dir=str(tmp_path / "cache"),
                              prepare_workers=0, max_bad_fraction=0.5)
     dm = CaptionDataModule(source=source, image_size=32, num_workers=0, batch_size=4,
-                           vocab_size=100, min_frequency=1)
+                           vocab_size=100, min_frequency=1, group_by_photo=True)
     assert dm.num_tokens > 10  # from the annotations alone, before any image is decoded
     assert not (tmp_path / "cache" / "images.npy").exists()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dm.prepare_data()
     dm.setup("fit")
-    b = next(iter(dm.train_dataloader()))
-    assert b["images"].shape == (4, 3, 32, 32)
+    batches = list(dm.train_dataloader())
+    b = batches[0]
+    assert b["images"][b["image_index"]].shape == (4, 3, 32, 32)  # each caption's photo
+    # Five captions a photo, kept together (group_by_photo): 4 captions span at most 2 photos,
+    # each stacked once; every training caption comes once an epoch.
+    assert all(len(b["images"]) == len(b["image_id"].unique()) <= 2 for b in batches)
+    assert sorted(i for b in batches for i in b["index"].tolist()) == list(
+        range(len(dm.dataset("train"))))
     assert len(dm.dataset("val")) > 0
 
 

@@ -89,8 +89,11 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
                                if p.grad is not None}
 
-    loss_pixels, grads_pixels = loss_and_grads(images=pixel_batch["images"])
-    loss_cached, grads_cached = loss_and_grads(image_features=feature_batch[FEATURES_KEY])
+    index = pixel_batch["image_index"]  # (B,): each photo is stacked once
+    assert torch.equal(feature_batch["image_index"], index)
+    loss_pixels, grads_pixels = loss_and_grads(images=pixel_batch["images"], image_index=index)
+    loss_cached, grads_cached = loss_and_grads(image_features=feature_batch[FEATURES_KEY],
+                                               image_index=index)
     assert not any(n.startswith("image_tower") for n in grads_pixels)
     assert grads_pixels.keys() == grads_cached.keys()
     assert any(n.startswith("projector") for n in grads_cached)

@@ -60,10 +60,17 @@ def test_twenty_photos_make_a_cache_and_batches_with_five_captions_a_photo(flick
     dm.setup("fit")
     assert [len(dm.dataset(s)) for s in ("train", "val", "test")] == [60, 20, 20]
     batch = next(iter(dm.val_dataloader()))
-    assert batch["images"].shape == (10, 3, 32, 32) and batch["images"].dtype == torch.uint8
-    # Validation keeps a photo's captions together: 10 captions are 2 photos, 5 captions each.
+    # Validation keeps a photo's captions together: 10 captions are 2 photos, 5 captions each,
+    # and the batch carries each photo once.
     rows = dm.dataset("val").rows[batch["index"].numpy()]
     assert sorted(rows.tolist().count(r) for r in set(rows.tolist())) == [5, 5]
-    first = batch["images"][rows == rows[0]]
-    assert (first == first[0]).all() and not (batch["images"][rows != rows[0]] == first[0]).all()
+    assert batch["images"].shape == (2, 3, 32, 32) and batch["images"].dtype == torch.uint8
+    assert batch["image_index"].tolist() == [0] * 5 + [1] * 5
+    assert not (batch["images"][0] == batch["images"][1]).all()
     assert (batch["images"].float().std() > 20), "real photos, not blank pictures"
+    # Training with group_by_photo: 60 captions of 12 photos, 10 a batch, each photo in one or
+    # two consecutive batches, so 2 or 3 photos a batch.
+    dm.group_by_photo = True
+    batches = list(dm.train_dataloader())
+    assert sorted(i for b in batches for i in b["index"].tolist()) == list(range(60))
+    assert {len(b["images"]) for b in batches} <= {2, 3}

@@ -200,3 +200,31 @@ def test_image_transform_is_applied_to_every_picture(tok):
               "index": i} for i, c in enumerate(_captions(3))]
     images = flip(items)["images"]
     assert torch.equal(images, torch.stack([it["image"].flip(-1) for it in items]))
+
+
+def test_each_photo_is_stacked_once_and_image_index_hands_it_out(tok):
+    rows = [4, 9, 4, 4, 2, 9, 7]  # seven captions of four photos, shuffled
+    crops = []
+
+    def crop(image):  # the augmentation: counts its draws
+        crops.append(int(image[0, 0, 0]))
+        return image
+
+    items = [{"image": torch.full((3, 4, 4), row, dtype=torch.uint8), "caption": caption,
+              "index": i, "row": row}
+             for i, (row, caption) in enumerate(zip(rows, _captions(7), strict=True))]
+    b = MLMCollator(tok, image_transform=crop)(items)
+    assert b["images"].shape == (4, 3, 4, 4)  # (P, 3, S, S)
+    assert b["images"][:, 0, 0, 0].tolist() == [4, 9, 2, 7]  # in order of first appearance
+    assert b["image_index"].tolist() == [0, 1, 0, 0, 2, 1, 3]  # (B,)
+    assert b["images"][b["image_index"]][:, 0, 0, 0].tolist() == rows == b["image_id"].tolist()
+    assert crops == [4, 9, 2, 7]  # one crop per photo, not per caption
+    # Cached tower features are deduplicated the same way.
+    features = [{"image_features": torch.full((2, 3), float(it["row"]), dtype=torch.float16),
+                 **{k: it[k] for k in ("caption", "index", "row")}} for it in items]
+    f = MLMCollator(tok)(features)
+    assert "images" not in f and f["image_features"].shape == (4, 2, 3)  # (P, N, D_img)
+    assert f["image_features"][f["image_index"]][:, 0, 0].tolist() == rows
+    # Without a row each item is a photo of its own: P = B, in caption order.
+    plain = MLMCollator(tok)(_items(_captions(5)))
+    assert len(plain["images"]) == 5 and plain["image_index"].tolist() == list(range(5))

@@ -4,9 +4,12 @@ interruption in the same epoch and from a state saved at an epoch's end."""
 
 from __future__ import annotations
 
+import pytest
+from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from torch.utils.data import Dataset
 
-from vitbert.data.resume import MASK_KEY, resumable_loader
+from vitbert.data import resume
+from vitbert.data.resume import MASK_KEY, EpochShuffle, resumable_loader
 
 
 class Numbers(Dataset):
@@ -52,3 +55,65 @@ def test_resumes_mid_epoch_twice_and_after_an_epoch_end():
     after_end = _loader()
     after_end.load_state_dict(reference.state_dict())  # saved once epoch 1 was finished
     assert _epoch(after_end, 2) == _epoch(reference, 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# Grouped by photo (data.group_by_photo): 50 captions of 13 photos, 1 to 5 captions each
+
+
+PHOTOS = [p for p in range(13) for _ in range(1 + p % 5)][:50]  # photo of each caption
+PHOTOS += [13] * (50 - len(PHOTOS))
+
+
+def _grouped_loader():
+    return resumable_loader(Numbers(), seed=7, groups=PHOTOS, batch_size=8,
+                            collate_fn=lambda items: [(it["index"], it[MASK_KEY]) for it in items])
+
+
+def _runs(order: list[int]) -> list[int]:
+    """The photos of ``order`` in the order met, one entry per run of consecutive captions."""
+    return [PHOTOS[i] for n, i in enumerate(order) if n == 0 or PHOTOS[order[n - 1]] != PHOTOS[i]]
+
+
+def test_grouped_order_keeps_a_photos_captions_together_and_depends_on_seed_and_epoch():
+    def order(seed: int, epoch: int) -> list[int]:
+        sampler = EpochShuffle(50, seed, PHOTOS)
+        sampler.set_epoch(epoch)
+        return [index for index, *_ in sampler]
+
+    first = order(7, 0)
+    assert sorted(first) == list(range(50))  # every caption once
+    runs = _runs(first)
+    assert sorted(runs) == sorted(set(PHOTOS))  # each photo's captions in one run
+    assert first == order(7, 0)  # a function of (seed, epoch) alone
+    assert runs != _runs(order(7, 1)) and runs != _runs(order(8, 0))
+    # One caption per picture: grouping changes nothing (the shapes data keep their order).
+    assert [i for i, *_ in EpochShuffle(50, 7, range(50))] == [i for i, *_ in EpochShuffle(50, 7)]
+
+
+def test_grouped_loader_resumes_mid_epoch():
+    reference = _epoch(_grouped_loader(), 1)
+    first = _grouped_loader()
+    done = _epoch(first, 1, stop=3)
+    again = _grouped_loader()
+    again.load_state_dict(first.state_dict())
+    assert done + _epoch(again, 1) == reference
+    indices = [i for batch in reference for i, _ in batch]
+    assert sorted(indices) == list(range(50)) and len(_runs(indices)) == len(set(PHOTOS))
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_under_ddp_each_rank_gets_whole_photos(ranks, monkeypatch):
+    """Lightning's DistributedSamplerWrapper deals the order out round-robin; the grouped order
+    is interleaved for it, so each rank reads one consecutive share of the photo-grouped order."""
+    sampler = EpochShuffle(50, 7, PHOTOS)
+    grouped = [index for index, *_ in sampler]  # one process
+    monkeypatch.setattr(resume, "_world_size", lambda: ranks)
+    shares = []
+    for rank in range(ranks):
+        wrapper = DistributedSamplerWrapper(sampler, num_replicas=ranks, rank=rank, shuffle=False)
+        shares.append([index for index, *_ in wrapper])
+    m = -(-50 // ranks)  # what each rank reads, the deal's padding included
+    full = ranks - (m * ranks - 50)  # ranks that read no padding; the others one repeat each
+    real = [share if rank < full else share[:-1] for rank, share in enumerate(shares)]
+    assert [i for share in real for i in share] == grouped  # consecutive shares of the order

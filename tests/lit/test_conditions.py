@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 
+from vitbert.data.features import select_captions
 from vitbert.lit.conditions import (
     ANOTHER_PHOTO,
     CONDITIONS,
@@ -106,13 +107,13 @@ def test_the_model_sees_the_other_images_photo():
     assert readings[ANOTHER_PHOTO][1].all()
 
 
-def test_collated_flickr_like_batches_carry_the_image_and_never_meet_their_own():
-    """Five captions per photo, kept together by the loader as Flickr30k's are: the collator
-    passes each item's cache row on as image_id, and the control sends every caption elsewhere;
-    a last batch holding a single photo is left out of the control."""
-    from torch.utils.data import DataLoader
-
+def test_grouped_deduplicated_batches_never_show_a_caption_its_own_photo():
+    """Five captions per photo, kept together by the grouped sampler (data.group_by_photo): the
+    collator stacks each photo once (image_index says whose is whose) and every reading of the
+    control sends every caption to another image's photo; a last batch holding a single photo is
+    left out of the control."""
     from vitbert.data.masking import MLMCollator
+    from vitbert.data.resume import resumable_loader
     from vitbert.data.tokenizer import train_wordpiece
 
     captions = [f"a dog number {i} runs on the grass ." for i in range(5)]
@@ -120,11 +121,37 @@ def test_collated_flickr_like_batches_carry_the_image_and_never_meet_their_own()
     items = [{"image": torch.full((3, 2, 2), row, dtype=torch.uint8), "caption": caption,
               "index": 5 * row + i, "row": row}
              for row in range(7) for i, caption in enumerate(captions)]  # 35 captions, 7 photos
-    loader = DataLoader(items, batch_size=16, collate_fn=MLMCollator(tokenizer, seed=0,
-                                                                      deterministic=True))
+    loader = resumable_loader(items, seed=3, groups=[it["row"] for it in items], batch_size=16,
+                              collate_fn=MLMCollator(tokenizer, seed=0))
     batches = list(loader)  # 16 + 16 + 3: the last batch holds the last photo only
+    shown_to = []
+
+    def forward(b, images):  # the photo each caption read sees: its pixel is the image id
+        if images is not None:
+            shown_to.append((b["image_id"], images[b["image_index"]][:, 0, 0, 0].long()))
+        return torch.zeros(int((b["labels"] != -100).sum()), 4)
+
     for batch in batches:
-        assert torch.equal(batch["image_id"], batch["images"][:, 0, 0, 0].long())
-        photos, reads = ANOTHER_PHOTO.view(batch)
-        assert (photos[:, 0, 0, 0].long() != batch["image_id"][reads]).all()
-    assert [int(ANOTHER_PHOTO.view(b)[1].sum()) for b in batches] == [16, 16, 0]
+        assert len(batch["images"]) == len(batch["image_id"].unique()) < len(batch["image_id"])
+        shown_to.clear()
+        readings = read(forward, batch)
+        with_photo, *another = shown_to
+        assert torch.equal(with_photo[1], with_photo[0])  # each caption its own photo
+        for image_ids, shown in another:
+            assert (shown != image_ids).all()
+        assert len(another) == int(readings[ANOTHER_PHOTO][1].any())
+    assert [int(read(forward, b)[ANOTHER_PHOTO][1].sum()) for b in batches] == [16, 16, 0]
+
+
+def test_selected_captions_keep_their_deduplicated_photos():
+    photos = torch.arange(3).view(3, 1, 1, 1).expand(3, 3, 2, 2).to(torch.uint8)
+    batch = {"images": photos, "image_index": torch.tensor([0, 0, 1, 2, 2]),
+             "image_id": torch.tensor([10, 10, 11, 12, 12])}
+    kept = select_captions(batch, torch.tensor([False, True, False, True, False]))
+    assert kept["images"] is photos
+    assert kept["image_id"].tolist() == [10, 12]
+    assert kept["images"][kept["image_index"]][:, 0, 0, 0].tolist() == [0, 2]
+    # Without image_index the photos are one per caption and are sliced with the captions.
+    plain = select_captions({"images": photos, "image_id": torch.tensor([7, 8, 9])},
+                            torch.tensor([True, False, True]))
+    assert plain["images"][:, 0, 0, 0].tolist() == [0, 2]

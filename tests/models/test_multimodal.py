@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from vitbert.models import VitBert
 
@@ -99,6 +100,50 @@ def test_pooled_and_patch_image_tokens(image_tokens, n, batch, tiny_config):
     _, attention = model(input_ids, attention_mask, images, image_mask, return_attention=True)
     assert attention[0][1, :, :, n + 5:].abs().max() == 0
     assert attention[0][0, :, :, :n].abs().max() == 0
+
+
+@pytest.mark.parametrize("image_tokens", ["pooled", "patches"])
+@pytest.mark.parametrize("cached", [False, True], ids=["pixels", "features"])
+def test_each_photo_once_gives_the_logits_and_gradients_of_one_copy_per_caption(
+        image_tokens, cached, tiny_config):
+    """Five captions over two photos (3 + 2, interleaved): the tower runs on the 2 photos and
+    image_index hands them out, against the same batch with the photo repeated per caption."""
+    torch.manual_seed(0)
+    model = VitBert(tiny_config(image_tokens=image_tokens, projector_norm=True)).train()
+    photos = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)  # (P, 3, S, S)
+    image_index = torch.tensor([1, 0, 1, 0, 1])  # (B,)
+    input_ids = torch.randint(5, 50, (5, 6))
+    attention_mask = torch.ones(5, 6, dtype=torch.bool)
+    attention_mask[3, 4:] = False
+    target_mask = torch.zeros(5, 6, dtype=torch.bool)
+    target_mask[:, 2] = target_mask[0, 4] = True
+    targets = input_ids[target_mask]
+    if cached:  # a frozen tower's output, as the feature cache stores it
+        model.image_tower.requires_grad_(False)
+        with torch.no_grad():
+            photos = model.tower_tokens(photos).half()  # (P, N, D_img)
+
+    def logits_and_grads(photos, **index):
+        model.zero_grad(set_to_none=True)
+        key = "image_features" if cached else "images"
+        logits = model(input_ids, attention_mask, target_mask=target_mask, **{key: photos},
+                       **index)
+        F.cross_entropy(logits, targets).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads
+
+    once, once_grads = logits_and_grads(photos, image_index=image_index)
+    repeated, repeated_grads = logits_and_grads(photos[image_index])  # (B, ...) copies
+    torch.testing.assert_close(once, repeated, rtol=1e-5, atol=1e-6)
+    assert once_grads.keys() == repeated_grads.keys()
+    assert any(n.startswith("image_tower") for n in once_grads) != cached
+    for name, grad in repeated_grads.items():
+        torch.testing.assert_close(once_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+    # The index is honoured: handing the captions the other photo changes the answer.
+    swapped, _ = logits_and_grads(photos, image_index=1 - image_index)
+    assert (swapped - once).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="image_index"):
+        model(input_ids, attention_mask, image_index=image_index)
 
 
 def test_uint8_and_unit_float_pixels_agree(model, batch):

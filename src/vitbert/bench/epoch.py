@@ -9,7 +9,8 @@ Three ways to train the Flickr30k model (``configs/flickr30k.yaml``: ViT-B/16 â†
               DataCollatorForLanguageModeling, timm's VisionTransformer + transformers'
               BertForMaskedLM (logits over the whole vocabulary at every position), AdamW
     ours      CaptionDataModule over the uint8 image cache (memmap), per-batch padding, logits
-              only at the masked rows, fused AdamW; everything trainable
+              only at the masked rows, fused AdamW; everything trainable; ``group_by_photo``:
+              a photo's 5 captions share a batch and the image tower runs once per photo
     frozen    ours with ``freeze_image_tower``: the tower's output read from the feature cache
               (`vitbert.data.features`), so a step runs the projector and the text side only
 
@@ -56,6 +57,7 @@ from vitbert.bench.step import (
     synchronize,
     vitbert_loss,
 )
+from vitbert.data.features import batch_image
 from vitbert.models import VitBert, VitBertConfig, preset
 
 PARTS = ("data", "image_tower", "text_tower", "head", "optimizer", "other")
@@ -213,6 +215,7 @@ class EpochContender:
     steps: int = 0
     text_len: int = 0  # summed over timed steps, for the FLOP count
     targets: int = 0
+    photos: int = 0  # image tower inputs (the obvious pipeline: one per caption)
     seconds: float = 0.0
     by_part: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     _batches: Iterator[Batch] | None = field(default=None, repr=False)
@@ -256,6 +259,7 @@ class EpochContender:
                     self.samples += len(batch["input_ids"])
                     self.text_len += batch["input_ids"].shape[1]
                     self.targets += int((batch["labels"] != IGNORE_INDEX).sum())
+                    self.photos += len(batch_image(batch))
                     self.seconds += t3 - t0
                     for part, s in (("data", t1 - t0), ("model", t2 - t1),
                                     ("optimizer", t3 - t2)):
@@ -281,6 +285,7 @@ class EpochContender:
                 "samples_per_s": round(self.samples / max(self.seconds, 1e-9), 3),
                 "mean_text_len": round(self.text_len / steps, 1),
                 "mean_targets": round(self.targets / steps, 1),
+                "mean_photos": round(self.photos / steps, 1),
                 "seconds_by_part": named, "one_time_s": self.one_time_s}
 
 
@@ -345,12 +350,14 @@ class Span:
 # The benchmark
 
 
-def step_flops(name: str, config: VitBertConfig, batch: int, text_len: int, targets: int) -> int:
-    """Matmul FLOPs of one step (vitbert.bench.flops); a frozen tower runs forward only once per
-    photo, in the cache build, so its step has no image-tower work at all."""
+def step_flops(name: str, config: VitBertConfig, batch: int, text_len: int, targets: int,
+               photos: int) -> int:
+    """Matmul FLOPs of one step (vitbert.bench.flops); ours runs the tower on the batch's
+    ``photos`` (each once), a frozen tower forward only once per photo, in the cache build, so
+    its step has no image-tower work at all."""
     if name.startswith("obvious"):
         return reference_step_flops(config, batch, text_len).step_total
-    f = vitbert_step_flops(config, batch, text_len, targets)
+    f = vitbert_step_flops(config, batch, text_len, targets, photos=photos)
     if name.startswith("frozen"):
         for part in ("patch_embed", "image_encoder"):
             f.forward.pop(part)
@@ -386,7 +393,8 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
                                  prepare_workers=workers)
         dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=workers,
                                image_size=config.image.image_size,
-                               max_length=config.text.max_len, persistent_workers=workers > 0)
+                               max_length=config.text.max_len, persistent_workers=workers > 0,
+                               group_by_photo=True)
         jpeg_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         dm.prepare_data()
@@ -437,7 +445,7 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
         if cuda:
             peak = device_peak_tflops(out["device"])
             flops = step_flops(name, config, batch_size, round(fig["mean_text_len"]),
-                               round(fig["mean_targets"]))
+                               round(fig["mean_targets"]), round(fig["mean_photos"]))
             if peak:
                 fig["mfu"] = round(flops / batch_size * fig["samples_per_s"] / (peak * 1e12), 4)
         out[name] = fig

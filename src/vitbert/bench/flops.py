@@ -103,17 +103,20 @@ def num_image_tokens(config: VitBertConfig) -> int:
 
 
 def vitbert_step_flops(config: VitBertConfig, batch: int, text_len: int, targets: int | None,
-                       with_image: bool = True) -> StepFlops:
+                       with_image: bool = True, photos: int | None = None) -> StepFlops:
     """Our model: image tower → projector → text encoder over N + T → MLM head on ``targets``
-    rows (the masked positions), or on every word row (B·T) when ``targets`` is None."""
+    rows (the masked positions), or on every word row (B·T) when ``targets`` is None. The tower
+    and projector run on ``photos`` pictures: the batch's distinct ones (``image_index``), one
+    per caption when None."""
     text, V = config.text, config.vocab_size
     D = text.dim
     f = StepFlops()
     n = 0
     if with_image:
-        f.forward.update(image_tower_flops(config, batch))
+        photos = batch if photos is None else photos
+        f.forward.update(image_tower_flops(config, photos))
         n = num_image_tokens(config)
-        f.forward["projector"] = linear_flops(batch * n, config.image.dim, D)
+        f.forward["projector"] = linear_flops(photos * n, config.image.dim, D)
     f.forward["text_encoder"] = encoder_flops(batch, n + text_len, D, text.num_heads, text.depth,
                                               text.mlp_ratio)
     rows = batch * text_len if targets is None else targets

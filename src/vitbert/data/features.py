@@ -183,12 +183,29 @@ class FeatureDataset(Dataset):
 
 # ----------------------------------------------------------------------------- batches
 
+# The batch key, and VitBert.forward's keyword: (B,) long, the photo each caption sees among the
+# batch's P distinct photos (`images` (P, 3, S, S) or `image_features` (P, N, D_img)). Without it
+# the photos are one per caption, in caption order.
+IMAGE_INDEX = "image_index"
+
 
 def batch_image(batch: dict[str, Tensor]) -> Tensor:
-    """What a batch carries of its photos: cached tower features when present, else pixels."""
+    """What a batch carries of its photos: cached tower features when present, else pixels;
+    the P distinct photos when the batch has an ``image_index``, else one per caption."""
     return batch[FEATURES_KEY] if FEATURES_KEY in batch else batch["images"]
 
 
 def image_argument(batch: dict[str, Tensor], image: Tensor | None) -> dict[str, Tensor | None]:
-    """``image`` (pixels, features, or None) under the keyword VitBert.forward reads it by."""
-    return {FEATURES_KEY if FEATURES_KEY in batch else "images": image}
+    """``image`` (pixels, features, or None) under the keyword VitBert.forward reads it by, with
+    the batch's ``image_index`` when it has one (``image`` is then indexed by it)."""
+    argument = {FEATURES_KEY if FEATURES_KEY in batch else "images": image}
+    if image is not None and IMAGE_INDEX in batch:
+        argument[IMAGE_INDEX] = batch[IMAGE_INDEX]
+    return argument
+
+
+def select_captions(batch: dict[str, Tensor], keep: Tensor) -> dict[str, Tensor]:
+    """The captions ``keep`` (B,) bool of ``batch``. Per-caption keys are sliced; deduplicated
+    photos stay whole (their ``image_index`` is sliced, so each kept caption keeps its photo)."""
+    photos = (FEATURES_KEY, "images") if IMAGE_INDEX in batch else ()
+    return {key: value if key in photos else value[keep] for key, value in batch.items()}

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
+from .features import FEATURES_KEY, IMAGE_INDEX
 from .resume import MASK_KEY
 
 # Function words and punctuation: most masked pieces are these, and they say little about the
@@ -37,12 +38,19 @@ IGNORE_INDEX = -100
 class MLMCollator:
     """Turn a list of dataset items into a masked-language-modelling batch.
 
-    Items are dicts `{"image": uint8 (3, S, S), "caption": str, "index": int}`. The batch:
-    `images` uint8 (B, 3, S, S), `input_ids` long (B, T), `attention_mask` bool (B, T),
-    `labels` long (B, T) (-100 where not a target), `content_mask` bool (B, T), `index` long (B,),
-    `image_id` long (B,) (the item's cache `row`: which photo).
-    Items with `image_features` (N, D_img) instead of `image` give `image_features` (B, N, D_img).
+    Items are dicts `{"image": uint8 (3, S, S), "caption": str, "index": int, "row": int}`
+    (`row`, the photo's cache row, may be absent: the item is then a photo of its own). The batch:
+    `images` uint8 (P, 3, S, S), the P distinct photos of the batch in order of first appearance,
+    `image_index` long (B,) the photo of each caption among them, `input_ids` long (B, T),
+    `attention_mask` bool (B, T), `labels` long (B, T) (-100 where not a target), `content_mask`
+    bool (B, T), `index` long (B,), `image_id` long (B,) (the item's cache `row`: which photo).
+    Items with `image_features` (N, D_img) instead of `image` give `image_features` (P, N, D_img).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
+
+    Why each photo once: Flickr30k has five captions per photo, and a loader that keeps them
+    together (`CaptionDataModule(group_by_photo=True)`) puts ~B/5 photos in a batch; the model
+    then runs its image tower on P photos, not B (`VitBert.forward`'s `image_index`), the same
+    loss for about a fifth of the tower's work. The augmentation draws one crop per photo per batch.
     """
 
     def __init__(
@@ -159,19 +167,27 @@ class MLMCollator:
                 input_ids[b, to_rand] = rng.choice(self._random_ids, size=len(to_rand))
             content_mask[b, pos] = is_content[pos]
 
-        if "image_features" in items[0]:  # a frozen tower's cached output (data.features)
-            photos = {"image_features": torch.stack([it["image_features"] for it in items])}
-        else:  # (B, 3, S, S) uint8 pixels
-            photos = {"images": torch.stack([self._image(it["image"]) for it in items])}
+        # Each photo once: the first item of each image id carries it, the others point at it.
+        image_ids = [int(it.get("row", it["index"])) for it in items]
+        first: dict[int, dict[str, Any]] = {}  # image id → its first item, in order of appearance
+        for image_id, item in zip(image_ids, items, strict=True):
+            first.setdefault(image_id, item)
+        slot = {image_id: p for p, image_id in enumerate(first)}  # image id → its photo's place
+        image_index = [slot[image_id] for image_id in image_ids]  # (B,) into the P photos
+        if FEATURES_KEY in items[0]:  # a frozen tower's cached output (data.features)
+            photos = {FEATURES_KEY: torch.stack([it[FEATURES_KEY] for it in first.values()])}
+        else:  # (P, 3, S, S) uint8 pixels, one crop per photo when augmenting
+            photos = {"images": torch.stack([self._image(it["image"]) for it in first.values()])}
         return {
             **photos,
+            IMAGE_INDEX: torch.tensor(image_index, dtype=torch.long),  # (B,)
             "input_ids": torch.from_numpy(input_ids),
             "attention_mask": torch.from_numpy(enc["attention_mask"].astype(bool)),
             "labels": torch.from_numpy(labels),
             "content_mask": torch.from_numpy(content_mask),
             "index": torch.tensor(indices, dtype=torch.long),  # (B,)
             # (B,) which photo: the cache row (an item without one is its own image)
-            "image_id": torch.tensor([int(it.get("row", it["index"])) for it in items]),
+            "image_id": torch.tensor(image_ids),
         }
 
     def _image(self, image: Any) -> torch.Tensor:

@@ -16,13 +16,15 @@ none of them:
 Lightning fetches without prefetching when the loader has a length, so the count saved at a
 batch's end is exactly the number of batches trained on. Under DDP Lightning wraps the sampler
 in a ``DistributedSamplerWrapper``, which forwards ``set_epoch``; order and masks stay exact,
-and the skip is applied to each process's own shard.
+and the skip is applied to each process's own shard. An order grouped by photo
+(``EpochShuffle(groups=...)``) is laid out for that wrapper's round-robin deal, so each process
+still meets a photo's captions together.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -36,23 +38,73 @@ class EpochShuffle(Sampler[tuple[int, int, int]]):
 
     Yields ``(index, seed, epoch)`` so the dataset (:class:`EpochTagged`) can hand the collator
     the key its masks are drawn from.
+
+    With ``groups`` ((size,) a group id per index, e.g. the photo of each caption) the *groups*
+    are shuffled and each group's indices come out consecutively, in dataset order: a batch of
+    Flickr30k's captions then holds about B / 5 photos, which the collator stacks once each and
+    the model runs its image tower on once each (``MLMCollator``, ``VitBert``'s image_index).
+    Every index still comes once per epoch. Under DDP see :meth:`__iter__`.
     """
 
-    def __init__(self, size: int, seed: int) -> None:
+    def __init__(self, size: int, seed: int, groups: Sequence[int] | None = None) -> None:
         self.size, self.seed = size, seed
         self.epoch = 0
+        self.groups: list[list[int]] | None = None  # the indices of each group, in dataset order
+        if groups is not None:
+            if len(groups) != size:
+                raise ValueError(f"groups has {len(groups)} entries for {size} indices")
+            members: dict[int, list[int]] = {}
+            for index, group in enumerate(groups):
+                members.setdefault(int(group), []).append(index)
+            self.groups = list(members.values())
 
     def set_epoch(self, epoch: int) -> None:
         """Called by Lightning at the start of every epoch."""
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[tuple[int, int, int]]:
+        """The epoch's order. Grouped and under DDP (Lightning's ``DistributedSamplerWrapper``
+        deals this order out round-robin: rank r takes positions r, r + W, ...), the grouped
+        order is cut into W consecutive shares and interleaved, so that the deal hands each rank
+        one share whole and its batches keep a photo's captions together (:func:`interleave`).
+        (With ``Trainer(use_distributed_sampler=False)`` every rank reads this whole interleaved
+        order: each caption still comes once per rank, but a photo's captions lie W apart.)"""
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        for index in torch.randperm(self.size, generator=generator).tolist():
+        if self.groups is None:
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            shuffled = torch.randperm(len(self.groups), generator=generator).tolist()
+            order = interleave([i for g in shuffled for i in self.groups[g]], _world_size())
+        for index in order:
             yield index, self.seed, self.epoch
 
     def __len__(self) -> int:
         return self.size
+
+
+def _world_size() -> int:
+    """Processes that share the epoch (DDP), 1 outside torch.distributed."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.distributed.get_world_size() if distributed else 1
+
+
+def interleave(order: list[int], ranks: int) -> list[int]:
+    """``order`` rearranged so that a round-robin deal to ``ranks`` processes (position p to
+    rank p % ranks, as ``DistributedSampler(shuffle=False)`` deals, padding the deal with the
+    first ``pad`` positions again) gives rank r the r-th consecutive share of ``order``.
+
+    With n = len(order), m = ceil(n / ranks) and pad = m·ranks - n, the first ranks - pad shares
+    hold m entries and the others m - 1 (the deal gives those one padding entry each, a repeat,
+    as DistributedSampler does for any order).
+    """
+    n = len(order)
+    if ranks <= 1 or n == 0:
+        return list(order)
+    m = -(-n // ranks)  # ceil
+    full = ranks - (m * ranks - n)  # shares of m entries; the rest hold m - 1
+    starts = [r * m - max(0, r - full) for r in range(ranks + 1)]
+    shares = [order[starts[r] : starts[r + 1]] for r in range(ranks)]
+    return [share[k] for k in range(m) for share in shares if k < len(share)]
 
 
 class _SkipFirst(Sampler):
@@ -133,13 +185,15 @@ class ResumableLoader(DataLoader):
         return sampler
 
 
-def resumable_loader(dataset: Dataset, seed: int | None = None, **loader_args: Any) -> DataLoader:
+def resumable_loader(dataset: Dataset, seed: int | None = None,
+                     groups: Sequence[int] | None = None, **loader_args: Any) -> DataLoader:
     """A shuffling training loader that resumes exactly; ``loader_args`` go to ``DataLoader``
     (not ``shuffle`` or ``sampler``). ``seed`` defaults to a draw from torch's global RNG, so
-    ``seed_everything`` sets the order; the checkpoint stores it."""
+    ``seed_everything`` sets the order; the checkpoint stores it. ``groups``: keep each group's
+    indices together (:class:`EpochShuffle`)."""
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
-    sampler = EpochShuffle(len(dataset), seed)  # type: ignore[arg-type]
+    sampler = EpochShuffle(len(dataset), seed, groups)  # type: ignore[arg-type]
     # The loader's own generator: creating an iterator then draws no number from the global RNG,
     # which the model's dropout reads and the checkpoint restores (vitbert.lit.resume).
     generator = torch.Generator().manual_seed(seed)

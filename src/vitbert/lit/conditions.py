@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from vitbert.data.features import batch_image
+from vitbert.data.features import IMAGE_INDEX, batch_image, select_captions
 
 Batch = dict[str, Tensor]
 
@@ -64,7 +64,8 @@ class Condition:
         suffix: appended to a metric's name (``top1`` + ``_mismatch``); empty for the photo itself.
         description: the table's row label.
         view: batch → (the photos to show or None, which captions are read (B,) bool); the photos
-            are for the read captions only.
+            are for the read captions only: one per read caption, or, when the batch has an
+            ``image_index``, the batch's P photos in the places that index points at.
     """
 
     key: str
@@ -78,8 +79,17 @@ def _every_caption(batch: Batch) -> Tensor:
 
 
 def _another_photos(batch: Batch) -> tuple[Tensor, Tensor]:
-    source, has_other = another_photo(batch["image_id"])
-    return batch_image(batch)[source[has_other]], has_other
+    source, has_other = another_photo(batch["image_id"])  # (B,) rows, (B,) bool
+    photos = batch_image(batch)
+    if IMAGE_INDEX not in batch:  # one photo per caption: gather the other image's
+        return photos[source[has_other]], has_other
+    # The P distinct photos, permuted: the place caption b points at (image_index[b]) now holds
+    # the photo of caption source[b]. All captions of one photo share its place and their source
+    # (another_photo moves them together), so each place gets one photo; a place no caption
+    # points at keeps its own.
+    index = batch[IMAGE_INDEX]  # (B,)
+    shown = torch.arange(len(photos), device=index.device).scatter_(0, index, index[source])
+    return photos[shown], has_other  # (P, ...)
 
 
 WITH_PHOTO = Condition("with_image", "", "with the photo",
@@ -101,6 +111,6 @@ def read(forward: Callable[[Batch, Tensor | None], Tensor], batch: Batch
     readings = {}
     for condition in CONDITIONS:
         images, reads = condition.view(batch)
-        seen = batch if reads.all() else {key: value[reads] for key, value in batch.items()}
+        seen = batch if reads.all() else select_captions(batch, reads)
         readings[condition] = (forward(seen, images) if reads.any() else None, reads)
     return readings

@@ -21,7 +21,8 @@ def masked_logits(net: nn.Module, batch: Batch, images: Tensor | None,
     """Logits (M, V) at the targets of ``batch``, each caption seeing ``images`` (or nothing).
 
     ``images`` are pixels, or a frozen tower's cached features when the batch carries those
-    (``vitbert.data.features``); the model is called with the keyword that fits.
+    (``vitbert.data.features``); the model is called with the keyword that fits, and with the
+    batch's ``image_index`` when it has one (``images`` are then its P distinct photos).
     """
     return net(batch["input_ids"], batch["attention_mask"], **image_argument(batch, images),
                target_mask=batch["labels"] != IGNORE_INDEX, attention_mode=attention_mode)

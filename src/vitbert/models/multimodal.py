@@ -106,6 +106,7 @@ class VitBert(nn.Module):
         return_attention: bool = False,
         image_features: Tensor | None = None,
         attention_mode: AttentionMode = "bidirectional",
+        image_index: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """MLM logits: (M, V) at ``target_mask`` positions, else (B, T, V) at every word.
 
@@ -116,12 +117,26 @@ class VitBert(nn.Module):
         cached output, replaces ``images`` when the tower is frozen. ``attention_mode="seq2seq"``
         lets each word see only the image and the words to its left (generation); image tokens
         never see words in it.
+
+        ``image_index`` (B,) long: caption b sees photo ``image_index[b]``; ``images`` (or
+        ``image_features``) then hold the batch's P distinct photos (P, ...), not one per caption.
+        Flickr30k has five captions per photo: the tower runs once per photo and its tokens are
+        gathered per caption, so logits, loss and gradients are those of passing every caption
+        its own copy of the photo (the gather's backward sums the captions' gradients into their
+        photo). Only stochastic layers differ, and only in the draw: in training, the image
+        tower's drop_path draws once per photo rather than once per caption.
         """
         words = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
+        if image_index is not None and images is None and image_features is None:
+            raise ValueError("image_index says which photo each caption sees: pass the photos "
+                             "too (images= or image_features=)")
         N = 0
         if images is not None or image_features is not None:
-            image = self.text.embeddings.image(self.encode_image(images, image_features))
+            image = self.encode_image(images, image_features)  # (P, N, D), P = B without index
+            if image_index is not None:
+                image = image[image_index]  # (B, N, D): each caption's photo
+            image = self.text.embeddings.image(image)  # dropout per caption, as without index
             N = image.shape[1]
             if image_mask is None:
                 image_mask = keep.new_ones(keep.shape[0], N)
