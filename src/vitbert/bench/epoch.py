@@ -61,6 +61,7 @@ from vitbert.data.features import batch_image
 from vitbert.models import VitBert, VitBertConfig, preset
 
 PARTS = ("data", "image_tower", "text_tower", "head", "optimizer", "other")
+MLM_PROBABILITY = 0.15  # configs/flickr30k.yaml's (BERT's), for every contender alike
 FLICKR_VOCAB = 8000  # the Flickr30k config's vocabulary (its captions fill an 8000-piece WordPiece)
 
 
@@ -119,7 +120,7 @@ class JpegCollator:
     def __init__(self, tokenizer: Any):
         from transformers import DataCollatorForLanguageModeling
 
-        self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+        self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=MLM_PROBABILITY)
 
     def __call__(self, items: list[dict[str, Any]]) -> Batch:
         batch = self.mlm([{k: v for k, v in it.items() if k != "image"} for it in items])
@@ -394,7 +395,7 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
         dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=workers,
                                image_size=config.image.image_size,
                                max_length=config.text.max_len, persistent_workers=workers > 0,
-                               group_by_photo=True)
+                               mlm_probability=MLM_PROBABILITY, group_by_photo=True)
         jpeg_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         dm.prepare_data()
