@@ -44,14 +44,25 @@ def test_tokenize_drops_punctuation_and_case():
 
 def test_colour_and_shape_words():
     reference = "a small red circle left of a large blue square"
-    assert colours_and_shapes_right("the blue square is right of the red circle", reference)
-    assert not colours_and_shapes_right("a red circle left of a blue circle", reference)
-    assert not colours_and_shapes_right("a red circle", reference)
+    def right(candidate):
+        return colours_and_shapes_right(candidate, reference)
+
+    assert right("the blue square is right of the red circle") == {
+        "colour_shape": True, "colours": True, "shapes": True}
+    # Both shapes named, on the wrong objects: the colours and the shapes are each right.
+    assert right("a blue circle left of a red square") == {
+        "colour_shape": False, "colours": True, "shapes": True}
+    assert right("a red circle left of a blue circle") == {
+        "colour_shape": False, "colours": True, "shapes": False}
+    assert right("a red circle left of a red square") == {
+        "colour_shape": False, "colours": False, "shapes": True}
+    assert right("a red circle") == {"colour_shape": False, "colours": False, "shapes": False}
     assert colours_and_shapes_right("a dog on the grass", "a dog runs") is None
     metrics = CaptionMetrics()
-    metrics.update(["a red circle left of a blue square", "a red circle"],
+    metrics.update(["a red circle left of a blue square", "a red circle left of a blue circle"],
                    [[reference], [reference]])
-    assert metrics.compute()["colour_shape"] == 0.5
+    figures = metrics.compute()
+    assert (figures["colour_shape"], figures["colours"], figures["shapes"]) == (0.5, 1.0, 0.5)
     metrics.reset()
     metrics.update(CANDIDATES, REFERENCES)
     assert "colour_shape" not in metrics.compute()  # not every reference is a shapes caption

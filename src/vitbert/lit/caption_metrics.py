@@ -75,18 +75,34 @@ def cider_d(candidates: Sequence[str], references: Sequence[Sequence[str]], n: i
     return sum(scores) / len(scores), scores
 
 
-def colours_and_shapes_right(candidate: str, reference: str) -> bool | None:
-    """True when the candidate names exactly the reference's (colour, shape) pairs, in any order;
-    None when the reference names none (not a shapes caption)."""
+def colours_and_shapes_right(candidate: str, reference: str) -> dict[str, bool] | None:
+    """Whether the candidate names exactly the reference's (colour, shape) pairs, in any order
+    (``colour_shape``), and, to tell which half fails, exactly its colours (``colours``) and its
+    shapes (``shapes``), each as a multiset; None when the reference names none (not a shapes
+    caption)."""
     wanted = Counter(_COLOUR_SHAPE.findall(reference.lower()))
     if not wanted:
         return None
-    return Counter(_COLOUR_SHAPE.findall(candidate.lower())) == wanted
+    named = Counter(_COLOUR_SHAPE.findall(candidate.lower()))
+
+    return {"colour_shape": named == wanted,
+            "colours": _count(named, 0) == _count(wanted, 0),
+            "shapes": _count(named, 1) == _count(wanted, 1)}
+
+
+def _count(pairs: Counter, slot: int) -> Counter:
+    """The colours (slot 0) or shapes (slot 1) of counted (colour, shape) pairs."""
+    counts: Counter = Counter()
+    for pair, n in pairs.items():
+        counts[pair[slot]] += n
+    return counts
 
 
 class CaptionMetrics:
     """Collects (caption, references) pairs; :meth:`compute` gives BLEU-4, CIDEr-D and, when
-    every reference is a shapes caption, the share with every colour and shape word right."""
+    every reference is a shapes caption, the share with every colour and shape word right
+    (``colour_shape``), with the colours alone right (``colours``) and the shapes alone
+    (``shapes``)."""
 
     def __init__(self) -> None:
         self.reset()
@@ -109,5 +125,5 @@ class CaptionMetrics:
         right = [colours_and_shapes_right(c, rs[0])
                  for c, rs in zip(self.candidates, self.references, strict=True)]
         if right and None not in right:
-            figures["colour_shape"] = sum(right) / len(right)
+            figures |= {name: sum(r[name] for r in right) / len(right) for name in right[0]}
         return figures

@@ -54,8 +54,10 @@ def format_caption_figures(figures: dict[str, float], stage: str = "val") -> lis
         line = (f"{description:<26}BLEU-4 {100 * figures[f'{stage}/bleu4{suffix}']:.1f}   "
                 f"CIDEr-D {100 * figures[f'{stage}/cider{suffix}']:.1f}")
         if f"{stage}/colour_shape{suffix}" in figures:
-            line += (f"   colours and shapes all right "
-                     f"{100 * figures[f'{stage}/colour_shape{suffix}']:.1f}%")
+            share = {name: 100 * figures[f"{stage}/{name}{suffix}"]
+                     for name in ("colour_shape", "colours", "shapes")}
+            line += (f"   colours and shapes all right {share['colour_shape']:.1f}% "
+                     f"(colours {share['colours']:.0f}%, shapes {share['shapes']:.0f}%)")
         lines.append(line)
     return lines
 
