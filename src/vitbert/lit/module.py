@@ -15,9 +15,9 @@ import lightning as L
 from torch import Tensor
 
 from vitbert.data.masking import IGNORE_INDEX
-from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
+from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
-from vitbert.io import TOKENIZER_KEY, check_same_vocabulary, initialize
+from vitbert.io import TOKENIZER_KEY, initialize, stored_tokenizer
 from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_lm_loss, masked_logits
@@ -90,10 +90,7 @@ class MaskedLMModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.trained_steps = int(checkpoint.get("global_step", 0))
-        if TOKENIZER_KEY in checkpoint and self.tokenizer is None:
-            self.tokenizer = tokenizer_from_json(checkpoint[TOKENIZER_KEY])
-        elif TOKENIZER_KEY in checkpoint:
-            check_same_vocabulary(checkpoint[TOKENIZER_KEY], self.tokenizer)
+        self.tokenizer = stored_tokenizer(checkpoint, self.tokenizer)
 
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
