@@ -133,6 +133,29 @@ def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
         torch.testing.assert_close(net.state_dict()[name], source.state_dict[name])
 
 
+def test_itm_trains_logs_and_checkpoints_load_either_way(trained, tmp_path, monkeypatch, capsys):
+    """--model.itm_weight: the matching loss is logged and its accuracy validated; a checkpoint
+    trained without the head loads into a module with it, and one with the head loads anywhere
+    (vitbert.io reads the net alone: the head is the objective's, not the model's)."""
+    from vitbert.lit.module import MaskedLMModule
+
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    cli = fit(tmp, "--model.itm_weight", "1.0", steps=8, run="itm")
+    assert "train/itm_loss" in cli.trainer.callback_metrics
+    assert 0 <= validation_figures(cli)["val/itm_accuracy"] <= 1
+    assert "image-text matching: " in capsys.readouterr().out
+    ckpt = tmp / "itm" / "checkpoints" / "last.ckpt"
+    restored = MaskedLMModule.load_from_checkpoint(ckpt, weights_only=True)
+    torch.testing.assert_close(restored.itm_head.pooler.weight, cli.model.itm_head.pooler.weight)
+    model, _ = load_model(ckpt)
+    torch.testing.assert_close(model.text.embeddings.word.weight,
+                               cli.model.net.text.embeddings.word.weight)
+    without_head = tmp / "run" / "checkpoints" / "last.ckpt"
+    added = MaskedLMModule.load_from_checkpoint(without_head, weights_only=True, itm_weight=1.0)
+    assert added.itm_head is not None and added.hparams.itm_weight == 1.0
+
+
 def test_bf16_mixed_training_steps_are_finite(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = fit(tmp_path, "--trainer.precision", "bf16-mixed", "--trainer.fast_dev_run", "2")

@@ -21,6 +21,7 @@ from vitbert.io.files import (
     check_same_vocabulary,
     not_a_checkpoint,
     read_checkpoint,
+    stored_tokenizer,
     write_exported,
 )
 from vitbert.io.load import export, initialize, load_model
@@ -44,6 +45,7 @@ __all__ = [
     "load_model",
     "not_a_checkpoint",
     "read_checkpoint",
+    "stored_tokenizer",
     "transfer_weights",
     "write_exported",
 ]

@@ -113,6 +113,18 @@ def check_same_vocabulary(stored_json: str, tokenizer) -> None:
         )
 
 
+def stored_tokenizer(checkpoint: dict[str, Any], tokenizer=None):
+    """The tokenizer a Lightning checkpoint (the loaded dict) carries, else ``tokenizer``; when
+    both exist they must agree (:func:`check_same_vocabulary`) and ``tokenizer`` is kept."""
+    from vitbert.data.tokenizer import tokenizer_from_json
+
+    if TOKENIZER_KEY in checkpoint and tokenizer is None:
+        return tokenizer_from_json(checkpoint[TOKENIZER_KEY])
+    if TOKENIZER_KEY in checkpoint:
+        check_same_vocabulary(checkpoint[TOKENIZER_KEY], tokenizer)
+    return tokenizer
+
+
 def load_tensors_file(path: Path) -> Any:
     """``torch.load`` of a pickle that may hold only tensors and plain values, on the CPU."""
     try:

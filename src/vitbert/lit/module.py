@@ -1,8 +1,9 @@
 """The training system around a VitBert: MLM loss, metrics under each condition, optimiser.
 
-It wires parts together and contains none of them: the network :mod:`vitbert.models`, the loss
-:mod:`vitbert.lit.loss`, the conditions :mod:`vitbert.lit.conditions`, the metrics
-:mod:`vitbert.lit.metrics`, the optimiser :mod:`vitbert.lit.optim`, guesses :mod:`vitbert.decoding`.
+It wires parts together and contains none of them: the network :mod:`vitbert.models`, the losses
+:mod:`vitbert.lit.loss` and :mod:`vitbert.lit.objectives` (generation, image-text matching), the
+conditions :mod:`vitbert.lit.conditions`, the metrics :mod:`vitbert.lit.metrics`, the optimiser
+:mod:`vitbert.lit.optim`, guesses :mod:`vitbert.decoding`.
 Saved hyperparameters are plain values (``torch.load(weights_only=True)`` reads a checkpoint).
 """
 
@@ -15,16 +16,16 @@ import lightning as L
 from torch import Tensor
 
 from vitbert.data.masking import IGNORE_INDEX
-from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
+from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
-from vitbert.io import TOKENIZER_KEY, check_same_vocabulary, initialize
+from vitbert.io import TOKENIZER_KEY, initialize, stored_tokenizer
 from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
-from vitbert.lit.loss import masked_lm_loss, masked_logits
+from vitbert.lit.loss import masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
-from vitbert.lit.objectives import choose_objective
-from vitbert.lit.optim import OptimizerConfig, build_optimizer, warmup_cosine
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.lit.objectives import itm_loss, training_loss
+from vitbert.lit.optim import OptimizerConfig, configure_optimizers
+from vitbert.models import ITMHead, VitBert, VitBertConfig
 
 
 class MaskedLMModule(L.LightningModule):
@@ -47,6 +48,8 @@ class MaskedLMModule(L.LightningModule):
         generation_probability: the share of training batches turned into seq2seq (caption
             generation) batches, see :mod:`vitbert.lit.objectives`; 0 trains MLM alone (and
             draws no random number, so an MLM-only run is exactly what it was before).
+        itm_weight: weight of the image-text matching loss (``itm_head``, ``val/itm_accuracy``,
+            :mod:`vitbert.lit.objectives`) added on every training batch; 0: no head, no change.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, never mutated)
@@ -54,7 +57,7 @@ class MaskedLMModule(L.LightningModule):
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
                  num_examples: int = 3, freeze_image_tower: bool = False,
-                 generation_probability: float = 0.5) -> None:
+                 generation_probability: float = 0.5, itm_weight: float = 0.0) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -68,6 +71,7 @@ class MaskedLMModule(L.LightningModule):
                             pad_token_id=net.pad_token_id, optimizer=dataclasses.asdict(optimizer))
         self.net = VitBert(net)
         self.net.image_tower.requires_grad_(not freeze_image_tower)
+        self.itm_head = ITMHead(net.text.dim) if itm_weight else None
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -90,10 +94,7 @@ class MaskedLMModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.trained_steps = int(checkpoint.get("global_step", 0))
-        if TOKENIZER_KEY in checkpoint and self.tokenizer is None:
-            self.tokenizer = tokenizer_from_json(checkpoint[TOKENIZER_KEY])
-        elif TOKENIZER_KEY in checkpoint:
-            check_same_vocabulary(checkpoint[TOKENIZER_KEY], self.tokenizer)
+        self.tokenizer = stored_tokenizer(checkpoint, self.tokenizer)
 
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
@@ -104,15 +105,17 @@ class MaskedLMModule(L.LightningModule):
         return masked_logits(self.net, batch, images)
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        share, mask_id = self.hparams.generation_probability, self.tokenizer.mask_token_id
-        batch, mode = choose_objective(batch, share, mask_id)
-        loss = masked_lm_loss(self.net, batch, mode)
-        name = "train/generation_loss" if mode == "seq2seq" else "train/loss"
-        self.log(name, loss, prog_bar=True, batch_size=len(batch["input_ids"]))
+        hp = self.hparams
+        loss, parts = training_loss(self.net, batch, hp.generation_probability,
+                                    self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight)
+        self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
+        if self.itm_head is not None:
+            _, accuracy = itm_loss(self.net, self.itm_head, batch)  # matched or not, per pair
+            self.log("val/itm_accuracy", accuracy, batch_size=len(batch["input_ids"]))
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics)
@@ -141,10 +144,5 @@ class MaskedLMModule(L.LightningModule):
         readings = {condition.key: reading for condition, reading in read(self, batch).items()}
         return prediction_records(self.tokenizer, batch, readings, k=5)
 
-    def configure_optimizers(self):
-        trainer = self.trainer
-        clips_under_amp = bool(trainer.gradient_clip_val) and "mixed" in str(trainer.precision)
-        optimizer = build_optimizer(self.net, self.optimizer_config, not clips_under_amp)
-        steps = max(int(trainer.estimated_stepping_batches), 1)
-        schedule = warmup_cosine(optimizer, self.optimizer_config, steps)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+    def configure_optimizers(self) -> dict:
+        return configure_optimizers(self.net, self.optimizer_config, self.trainer, self.itm_head)

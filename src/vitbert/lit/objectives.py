@@ -1,6 +1,7 @@
-"""The generation objective: turn an MLM batch into a seq2seq batch (Unified VLP, Zhou et al.).
+"""The objectives beside masked-language modelling: caption generation and image-text matching.
 
-One model learns both: a bidirectional batch (every word sees every word; 15-30% of the pieces
+The generation objective turns an MLM batch into a seq2seq batch (Unified VLP, Zhou et al.); one
+model learns both: a bidirectional batch (every word sees every word; 15-30% of the pieces
 hidden) teaches it to fill a [MASK], a seq2seq batch (a word sees the image and the words to its
 left) teaches it to write left to right. In a seq2seq batch each caption is hidden at its own
 rate, drawn uniformly from (0, 1], so the model meets every amount of known left context, from
@@ -8,14 +9,26 @@ almost the whole caption down to none. The positions hidden are the caption's pi
 closing [SEP] (so the model learns where a caption ends), never the [CLS] that starts it (the
 prompt decoding begins from) nor padding. Hidden pieces are always [MASK]: decoding predicts the
 next word from a [MASK] placed after the words written so far, exactly what training shows.
+
+The image-text matching objective (ALBEF, Li et al. 2021; ViLT): beside every training batch's
+MLM or seq2seq loss, a binary "is this the caption's photo?" loss on the caption's [CLS] row
+(:class:`vitbert.models.ITMHead`), over each caption with its own photo and with the photo of a
+*different* image (:func:`vitbert.lit.conditions.another_photo`: never its own, whichever of an
+image's five captions it is). A caption cannot be told from its negative by its words, only by
+whether they fit the photo, so the loss pushes both towers towards what the words say is in the
+picture. :func:`training_loss` puts the objectives together.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
+from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX, batch_image
 from vitbert.data.masking import IGNORE_INDEX
+from vitbert.lit.conditions import another_photo
+from vitbert.lit.loss import masked_lm_loss
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
@@ -40,8 +53,7 @@ def seq2seq_batch(batch: dict[str, Tensor], mask_token_id: int,
     ``input_ids`` elsewhere); returns new ``input_ids`` and ``labels`` (B, T), at least one target
     per caption, the other keys unchanged.
     """
-    labels = batch["labels"]
-    caption = torch.where(labels == IGNORE_INDEX, batch["input_ids"], labels)  # (B, T)
+    caption = original_caption(batch)  # (B, T)
     can_hide = batch["attention_mask"].bool().clone()  # (B, T)
     can_hide[:, 0] = False  # [CLS]: the prompt
     B, T = caption.shape
@@ -57,3 +69,92 @@ def seq2seq_batch(batch: dict[str, Tensor], mask_token_id: int,
         "input_ids": caption.masked_fill(hidden, mask_token_id),
         "labels": caption.masked_fill(~hidden, IGNORE_INDEX),
     }
+
+
+def original_caption(batch: Batch) -> Tensor:
+    """The caption's pieces before masking (B, T): ``labels`` at the targets (whatever BERT's
+    80/10/10 put in their place), ``input_ids`` elsewhere."""
+    labels = batch["labels"]
+    return torch.where(labels == IGNORE_INDEX, batch["input_ids"], labels)
+
+
+def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
+                  mask_token_id: int, itm_head: nn.Module | None = None, itm_weight: float = 0.0
+                  ) -> tuple[Tensor, dict[str, Tensor]]:
+    """A training batch's loss to minimise, and its parts by log name.
+
+    The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
+    image-text matching loss when ``itm_head`` is given. Without it the loss is exactly the MLM
+    loss as it always was: nothing else runs and no random number is drawn.
+    """
+    parts = {}
+    if itm_head is not None:
+        batch = with_tower_output(net, batch)
+        parts["train/itm_loss"], _ = itm_loss(net, itm_head, batch)
+    batch, mode = choose_objective(batch, generation_probability, mask_token_id)
+    name = "train/generation_loss" if mode == "seq2seq" else "train/loss"
+    parts[name] = loss = masked_lm_loss(net, batch, mode)
+    if itm_head is not None:
+        loss = loss + itm_weight * parts["train/itm_loss"]
+    return loss, parts
+
+
+def with_tower_output(net: nn.Module, batch: Batch) -> Batch:
+    """``batch`` with its pixels replaced by the image tower's output (P, N, D_img), run once
+    (P: the batch's distinct photos, or one per caption; its ``image_index`` is kept).
+
+    The MLM reading and the matching pairs (the same photos, shown to other captions) then share
+    one tower pass, and the tower's gradient comes from both: on this CPU the tower is a large part
+    of a step. A batch that already carries a frozen tower's cached output is returned as is.
+    """
+    if FEATURES_KEY in batch:
+        return batch
+    rest = {key: value for key, value in batch.items() if key != "images"}
+    return {**rest, FEATURES_KEY: net.tower_tokens(batch["images"])}
+
+
+def itm_pairs(image_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The pairs image-text matching is trained on, for a batch's captions of ``image_ids`` (B,).
+
+    Every caption with its own photo (matched), then every caption that has another image in the
+    batch with that image's photo (:func:`another_photo`: never its own image, whichever of an
+    image's five captions it is; not matched): B + K pairs, K = B unless the whole batch shows
+    one image. Balanced, as in ViLT; the negatives are the batch's, not mined (ALBEF picks hard
+    ones by similarity, which needs a contrastive objective this model does not have).
+
+    Returns:
+        text: (B + K,) the batch row of each pair's caption;
+        photo: (B + K,) the batch row of each pair's photo;
+        matched: (B + K,) float, 1 for the first B pairs, 0 for the rest.
+    """
+    B = len(image_ids)
+    rows = torch.arange(B, device=image_ids.device)
+    source, has_other = another_photo(image_ids)
+    text = torch.cat((rows, rows[has_other]))
+    photo = torch.cat((rows, source[has_other]))
+    matched = (torch.arange(len(text), device=image_ids.device) < B).float()
+    return text, photo, matched
+
+
+def itm_loss(net: nn.Module, head: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
+    """Binary cross-entropy of matched / not matched over :func:`itm_pairs`, and the share of
+    pairs judged right.
+
+    Each pair reads the *unmasked* caption (:func:`original_caption`), as ALBEF does: the [CLS]
+    then compares the whole caption with the photo, and the pass is the same whichever objective
+    the batch trains (a seq2seq batch's [CLS] would see no words at all). A masked caption would
+    save one pass (its positive is the MLM pass) but hide the content words, 3x likelier to be
+    masked in the recipe, that tell a photo from another. The cost is one extra encoder pass over
+    the 2B pairs; the photos are indexed, so a batch from :func:`with_tower_output` runs no tower.
+    """
+    caption = original_caption(batch)  # (B, T)
+    text, photo, matched = itm_pairs(batch["image_id"])  # (B + K,) each
+    # Each pair's photo among those the batch carries: its P distinct photos (image_index says
+    # which is a caption's) or one per caption.
+    index = batch[IMAGE_INDEX][photo] if IMAGE_INDEX in batch else photo  # (B + K,)
+    photos = {FEATURES_KEY if FEATURES_KEY in batch else "images": batch_image(batch)}
+    hidden, _ = net.encode(caption[text], batch["attention_mask"][text], **photos,
+                           image_index=index)  # (B + K, T, D)
+    logits = head(hidden[:, 0]).float()  # (B + K,) from each pair's [CLS]
+    loss = F.binary_cross_entropy_with_logits(logits, matched)
+    return loss, ((logits > 0).float() == matched).float().mean()

@@ -53,12 +53,18 @@ class OptimizerConfig:
     relative_bias_lr_mult: float = 1.0
 
 
-def parameter_groups(model: nn.Module, config: OptimizerConfig) -> list[dict]:
+def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module | None = None
+                     ) -> list[dict]:
     """Split trainable parameters by (decay or not) × (learning-rate multiplier).
 
     Tied parameters (the MLM decoder and the word embedding) appear once: ``named_parameters``
-    removes duplicates, and a parameter owned by any no-decay module is not decayed.
+    removes duplicates, and a parameter owned by any no-decay module is not decayed. ``heads``
+    are trained beside ``model`` by the same rules (the image-text matching head); their
+    parameters and ``model``'s are then named ``heads.*`` and ``model.*``.
     """
+    image_tower = getattr(model, "image_tower", None)
+    if heads is not None:
+        model = nn.ModuleDict({"model": model, "heads": heads})
     no_decay = {
         id(p)
         for module in model.modules()
@@ -66,7 +72,6 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig) -> list[dict]:
         for p in module.parameters(recurse=False)
     }
     lr_mult: dict[int, float] = {}
-    image_tower = getattr(model, "image_tower", None)
     if image_tower is not None:
         lr_mult |= {id(p): config.image_tower_lr_mult for p in image_tower.parameters()}
     for module in model.modules():
@@ -95,7 +100,8 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig) -> list[dict]:
 
 
 def build_optimizer(
-    model: nn.Module, config: OptimizerConfig, allow_fused: bool = True
+    model: nn.Module, config: OptimizerConfig, allow_fused: bool = True,
+    heads: nn.Module | None = None,
 ) -> torch.optim.AdamW:
     """AdamW over :func:`parameter_groups`, fused when allowed.
 
@@ -103,7 +109,7 @@ def build_optimizer(
     It unscales gradients itself, so Lightning refuses it when gradients are clipped under mixed
     precision: the caller passes ``allow_fused=False`` then, and gets the multi-tensor kernel.
     """
-    groups = parameter_groups(model, config)
+    groups = parameter_groups(model, config, heads)
     for group in groups:
         group["lr"] = config.lr * group["lr_mult"]
     device = next(model.parameters()).device.type
@@ -125,3 +131,14 @@ def warmup_cosine(
     return get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, num_warmup_steps=warmup, num_training_steps=total_steps,
         min_lr_rate=config.min_lr_ratio)
+
+
+def configure_optimizers(model: nn.Module, config: OptimizerConfig, trainer,
+                         heads: nn.Module | None = None) -> dict:
+    """What a LightningModule's ``configure_optimizers`` returns: AdamW over ``model`` (and
+    ``heads``), and the warmup + cosine schedule over the run's steps, stepped every step."""
+    clips_under_amp = bool(trainer.gradient_clip_val) and "mixed" in str(trainer.precision)
+    optimizer = build_optimizer(model, config, not clips_under_amp, heads)
+    steps = max(int(trainer.estimated_stepping_batches), 1)
+    schedule = warmup_cosine(optimizer, config, steps)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

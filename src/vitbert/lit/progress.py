@@ -71,8 +71,9 @@ class LogProgress(L.Callback):
         else:
             parts.append(f"step {step}")
         parts.append(f"{rate:.2f} steps/s")
-        for key, label in (("train/loss", "loss"), ("train/generation_loss", "caption loss")):
-            value = trainer.callback_metrics.get(key)  # MLM, and the generation objective's
+        for key, label in (("train/loss", "loss"), ("train/generation_loss", "caption loss"),
+                           ("train/itm_loss", "matching loss")):
+            value = trainer.callback_metrics.get(key)  # MLM, and the other objectives'
             if value is not None:
                 parts.append(f"{label} {float(value):.4f}")
         print(" | ".join(parts), file=self.stream or sys.stdout, flush=True)

@@ -37,6 +37,9 @@ def format_figures(figures: dict[str, float], stage: str = "val") -> str:
                  if f"{stage}/{name}{c}" in figures]
         if gains:
             lines.append(f"image gain at top-1 against {against.description}: " + ", ".join(gains))
+    if f"{stage}/itm_accuracy" in figures:
+        lines.append(f"image-text matching: {100 * figures[f'{stage}/itm_accuracy']:.1f}% of "
+                     f"pairs judged right (each caption with its photo and with another image's)")
     skipped = int(figures.get(f"{stage}/{SKIPPED}", 0))
     if skipped:
         lines.append(f"({skipped} captions had no other image in their batch and are not in the "

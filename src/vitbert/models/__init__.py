@@ -2,7 +2,8 @@
 
 * :class:`ViT` (:mod:`.vit`): the image tower, with a patch embedding injected by
   :func:`build_image_tower`: conv patchify, ResNet hybrid, or the small conv stem.
-* :class:`TextTower`, :class:`MLMHead` (:mod:`.bert`): BERT embeddings, encoder, tied MLM head.
+* :class:`TextTower`, :class:`MLMHead`, :class:`ITMHead` (:mod:`.bert`): BERT embeddings,
+  encoder, tied MLM head, image-text matching head.
 * :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits.
 * :class:`VitBertConfig` (:mod:`.config`): plain-value configuration, and named presets.
 
@@ -10,7 +11,7 @@ Stored weights (checkpoints, exported folders, pretrained timm weights) are read
 :mod:`vitbert.io`, never here: a model's constructor loads nothing.
 """
 
-from vitbert.models.bert import MLMHead, TextEmbeddings, TextTower
+from vitbert.models.bert import ITMHead, MLMHead, TextEmbeddings, TextTower
 from vitbert.models.config import (
     PRESETS,
     ImageTowerConfig,
@@ -26,6 +27,7 @@ __all__ = [
     "PRESETS",
     "ConvStem",
     "HybridEmbed",
+    "ITMHead",
     "ImageTowerConfig",
     "MLMHead",
     "PatchEmbed",

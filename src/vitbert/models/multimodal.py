@@ -126,6 +126,29 @@ class VitBert(nn.Module):
         photo). Only stochastic layers differ, and only in the draw: in training, the image
         tower's drop_path draws once per photo rather than once per caption.
         """
+        hidden, attention = self.encode(input_ids, attention_mask, images, image_mask,
+                                        return_attention, image_features, attention_mode,
+                                        image_index)
+        if target_mask is not None:
+            hidden = hidden[target_mask.bool()]  # (M, D)
+        logits = self.mlm_head(hidden)  # (M, V) or (B, T, V)
+        return (logits, attention) if return_attention else logits
+
+    def encode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        images: Tensor | None = None,
+        image_mask: Tensor | None = None,
+        return_attention: bool = False,
+        image_features: Tensor | None = None,
+        attention_mode: AttentionMode = "bidirectional",
+        image_index: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor] | None]:
+        """The encoder's word rows (B, T, D), before any head, and the attention weights when
+        asked (else None); arguments as :meth:`forward`'s. Row 0 is the caption's [CLS], which
+        has read every word and image token: the image-text matching head's input
+        (:mod:`vitbert.lit.objectives`)."""
         words = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
         if image_index is not None and images is None and image_features is None:
@@ -147,10 +170,7 @@ class VitBert(nn.Module):
         out = self.text.encoder(words, AttentionContext(mask), return_attention)
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
-        if target_mask is not None:
-            hidden = hidden[target_mask.bool()]  # (M, D)
-        logits = self.mlm_head(hidden)  # (M, V) or (B, T, V)
-        return (logits, attention) if return_attention else logits
+        return hidden, attention
 
     def save_pretrained(self, folder: str | Path) -> None:
         """``model.safetensors`` + ``config.json``, the tied matrix once (:mod:`vitbert.io`)."""
