@@ -134,17 +134,11 @@ class VitBert(nn.Module):
         logits = self.mlm_head(hidden)  # (M, V) or (B, T, V)
         return (logits, attention) if return_attention else logits
 
-    def encode(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        images: Tensor | None = None,
-        image_mask: Tensor | None = None,
-        return_attention: bool = False,
-        image_features: Tensor | None = None,
-        attention_mode: AttentionMode = "bidirectional",
-        image_index: Tensor | None = None,
-    ) -> tuple[Tensor, list[Tensor] | None]:
+    def encode(self, input_ids: Tensor, attention_mask: Tensor, images: Tensor | None = None,
+               image_mask: Tensor | None = None, return_attention: bool = False,
+               image_features: Tensor | None = None,
+               attention_mode: AttentionMode = "bidirectional", image_index: Tensor | None = None,
+               ) -> tuple[Tensor, list[Tensor] | None]:
         """The encoder's word rows (B, T, D), before any head, and the attention weights when
         asked (else None); arguments as :meth:`forward`'s. Row 0 is the caption's [CLS], which
         has read every word and image token: the image-text matching head's input
