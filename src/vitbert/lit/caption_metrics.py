@@ -92,10 +92,7 @@ def colours_and_shapes_right(candidate: str, reference: str) -> dict[str, bool] 
 
 def _count(pairs: Counter, slot: int) -> Counter:
     """The colours (slot 0) or shapes (slot 1) of counted (colour, shape) pairs."""
-    counts: Counter = Counter()
-    for pair, n in pairs.items():
-        counts[pair[slot]] += n
-    return counts
+    return Counter(pair[slot] for pair in pairs.elements())
 
 
 class CaptionMetrics:

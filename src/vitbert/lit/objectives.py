@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX, batch_image
+from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX, batch_image, image_argument
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
 from vitbert.lit.loss import masked_lm_loss
@@ -152,9 +152,9 @@ def itm_loss(net: nn.Module, head: nn.Module, batch: Batch) -> tuple[Tensor, Ten
     # Each pair's photo among those the batch carries: its P distinct photos (image_index says
     # which is a caption's) or one per caption.
     index = batch[IMAGE_INDEX][photo] if IMAGE_INDEX in batch else photo  # (B + K,)
-    photos = {FEATURES_KEY if FEATURES_KEY in batch else "images": batch_image(batch)}
-    hidden, _ = net.encode(caption[text], batch["attention_mask"][text], **photos,
-                           image_index=index)  # (B + K, T, D)
+    photos = {**image_argument(batch, batch_image(batch)), IMAGE_INDEX: index}
+    hidden, _ = net.encode(caption[text], batch["attention_mask"][text],
+                           **photos)  # (B + K, T, D)
     logits = head(hidden[:, 0]).float()  # (B + K,) from each pair's [CLS]
     loss = F.binary_cross_entropy_with_logits(logits, matched)
     return loss, ((logits > 0).float() == matched).float().mean()
