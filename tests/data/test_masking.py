@@ -141,11 +141,10 @@ def test_whole_word_masking_and_content_mask(tok):
         content = b["content_mask"][row, : len(ids)].tolist()
         for s, e, word in _words(ids, tok):
             assert len(set(targets[s:e])) == 1, f"{word!r} partly masked in {cap!r}"
+            is_content = word not in STOP_WORDS and word not in tok.all_special_tokens
+            assert all(c == is_content for c in content[s:e]), word
             if targets[s]:
                 multi_piece_masked += e - s > 1
-                assert all(c == (word not in STOP_WORDS) for c in content[s:e]), word
-            else:
-                assert not any(content[s:e])
     assert multi_piece_masked > 20
 
 
@@ -156,12 +155,11 @@ def test_content_mask_marks_content_pieces_only(tok):
     for row, cap in enumerate(caps):
         ids = tok(cap)["input_ids"]
         for s, e, word in _words(ids, tok):
-            for p in range(s, e):
-                if b["labels"][row, p] != -100:
-                    assert bool(b["content_mask"][row, p]) == (word not in STOP_WORDS), word
-                    seen[word not in STOP_WORDS] += 1
-                else:
-                    assert not b["content_mask"][row, p]
+            is_content = word not in STOP_WORDS and word not in tok.all_special_tokens
+            for p in range(s, e):  # every piece, a target or not
+                assert bool(b["content_mask"][row, p]) == is_content, word
+                seen[is_content] += 1
+        assert not b["content_mask"][row, len(ids) :].any(), "padding is no word"
     assert seen[True] > 50 and seen[False] > 50
 
 

@@ -22,8 +22,9 @@ from .features import FEATURES_KEY, IMAGE_INDEX
 from .resume import MASK_KEY
 
 # Function words and punctuation: most masked pieces are these, and they say little about the
-# picture. `content_mask` in a batch marks targets that are pieces of any *other* word, so the
-# model's accuracy can be reported on the words that need looking.
+# picture. `content_mask` in a batch marks the pieces of every *other* word, so the model's
+# accuracy can be reported on the targets that need looking (`content_mask` at the targets), and
+# the word-detection objective knows which words a photo's captions use (vitbert.lit.objectives).
 _FUNCTION_WORDS = """
     a an the of in on at to is are was were be been and or but with without while there here it
     its his her their them they he she we you i this that these those some for from by as into
@@ -43,7 +44,8 @@ class MLMCollator:
     `images` uint8 (P, 3, S, S), the P distinct photos of the batch in order of first appearance,
     `image_index` long (B,) the photo of each caption among them, `input_ids` long (B, T),
     `attention_mask` bool (B, T), `labels` long (B, T) (-100 where not a target), `content_mask`
-    bool (B, T), `index` long (B,), `image_id` long (B,) (the item's cache `row`: which photo).
+    bool (B, T) (the pieces of content words, targets or not), `index` long (B,), `image_id`
+    long (B,) (the item's cache `row`: which photo).
     Items with `image_features` (N, D_img) instead of `image` give `image_features` (P, N, D_img).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
 
@@ -154,6 +156,7 @@ class MLMCollator:
         for b, rng in enumerate(self._rngs(items)):
             word_ids = enc.word_ids(b)
             is_content = self._content_positions(captions[b], word_ids, b, enc)  # (T,)
+            content_mask[b] = is_content
             pos = self._choose_targets(word_ids, is_content, rng)
             if len(pos) == 0:
                 continue
@@ -165,7 +168,6 @@ class MLMCollator:
             to_rand = pos[(u >= p_mask) & (u < p_mask + p_rand)]
             if len(to_rand):
                 input_ids[b, to_rand] = rng.choice(self._random_ids, size=len(to_rand))
-            content_mask[b, pos] = is_content[pos]
 
         # Each photo once: the first item of each image id carries it, the others point at it.
         image_ids = [int(it.get("row", it["index"])) for it in items]
