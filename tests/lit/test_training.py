@@ -156,11 +156,31 @@ def test_itm_trains_logs_and_checkpoints_load_either_way(trained, tmp_path, monk
     assert added.itm_head is not None and added.hparams.itm_weight == 1.0
 
 
+def test_the_default_trains_word_detection_and_its_checkpoints_load_anywhere(trained):
+    """configs/default.yaml turns the word detection loss on: it is logged, its head is saved
+    and restored, and vitbert.io loads the net alone (the head is the objective's)."""
+    from vitbert.lit.module import MaskedLMModule
+
+    tmp, cli = trained
+    assert cli.model.hparams.word_detection_weight > 0
+    assert "train/word_loss" in cli.trainer.callback_metrics
+    ckpt = tmp / "run" / "checkpoints" / "last.ckpt"
+    restored = MaskedLMModule.load_from_checkpoint(ckpt, weights_only=True)
+    torch.testing.assert_close(restored.word_head.classifier.weight,
+                               cli.model.word_head.classifier.weight)
+    model, _ = load_model(ckpt)
+    torch.testing.assert_close(model.image_tower.encoder.norm.weight,
+                               cli.model.net.image_tower.encoder.norm.weight)
+
+
 def test_bf16_mixed_training_steps_are_finite(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = fit(tmp_path, "--trainer.precision", "bf16-mixed", "--trainer.fast_dev_run", "2")
-    loss = cli.trainer.callback_metrics["train/loss"]
-    assert torch.isfinite(loss)
+    # The MLM or the caption loss (whichever the batches drew), and the word detection loss.
+    losses = {k: v for k, v in cli.trainer.callback_metrics.items() if k.endswith("_loss")
+              or k == "train/loss"}
+    assert "train/word_loss" in losses and len(losses) >= 2, losses
+    assert all(torch.isfinite(loss) for loss in losses.values()), losses
     assert next(cli.model.net.parameters()).dtype == torch.float32  # weights stay fp32
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 import lightning as L
-from torch import Tensor
+from torch import Tensor, nn
 
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.data.tokenizer import tokenizer_to_json
@@ -25,7 +25,7 @@ from vitbert.lit.loss import masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.objectives import itm_loss, training_loss
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
-from vitbert.models import ITMHead, VitBert, VitBertConfig
+from vitbert.models import ITMHead, VitBert, VitBertConfig, WordDetectorHead
 
 
 class MaskedLMModule(L.LightningModule):
@@ -50,6 +50,9 @@ class MaskedLMModule(L.LightningModule):
             draws no random number, so an MLM-only run is exactly what it was before).
         itm_weight: weight of the image-text matching loss (``itm_head``, ``val/itm_accuracy``,
             :mod:`vitbert.lit.objectives`) added on every training batch; 0: no head, no change.
+        word_detection_weight: weight of the word detection loss (``word_head``: which content
+            words a photo's captions use, from the image tower alone; see
+            :func:`vitbert.lit.objectives.word_detection_loss`); 0: no head, no change.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, never mutated)
@@ -57,7 +60,8 @@ class MaskedLMModule(L.LightningModule):
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
                  num_examples: int = 3, freeze_image_tower: bool = False,
-                 generation_probability: float = 0.5, itm_weight: float = 0.0) -> None:
+                 generation_probability: float = 0.5, itm_weight: float = 0.0,
+                 word_detection_weight: float = 0.0) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -72,6 +76,8 @@ class MaskedLMModule(L.LightningModule):
         self.net = VitBert(net)
         self.net.image_tower.requires_grad_(not freeze_image_tower)
         self.itm_head = ITMHead(net.text.dim) if itm_weight else None
+        self.word_head = (WordDetectorHead(net.image.dim, net.vocab_size)
+                          if word_detection_weight else None)
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -107,7 +113,8 @@ class MaskedLMModule(L.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         hp = self.hparams
         loss, parts = training_loss(self.net, batch, hp.generation_probability,
-                                    self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight)
+                                    self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
+                                    self.word_head, hp.word_detection_weight)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
@@ -145,4 +152,6 @@ class MaskedLMModule(L.LightningModule):
         return prediction_records(self.tokenizer, batch, readings, k=5)
 
     def configure_optimizers(self) -> dict:
-        return configure_optimizers(self.net, self.optimizer_config, self.trainer, self.itm_head)
+        heads = [head for head in (self.itm_head, self.word_head) if head is not None]
+        return configure_optimizers(self.net, self.optimizer_config, self.trainer,
+                                    nn.ModuleList(heads) if heads else None)

@@ -2,8 +2,9 @@
 
 * :class:`ViT` (:mod:`.vit`): the image tower, with a patch embedding injected by
   :func:`build_image_tower`: conv patchify, ResNet hybrid, or the small conv stem.
-* :class:`TextTower`, :class:`MLMHead`, :class:`ITMHead` (:mod:`.bert`): BERT embeddings,
-  encoder, tied MLM head, image-text matching head.
+* :class:`TextTower`, :class:`MLMHead` (:mod:`.bert`): BERT embeddings, encoder, tied MLM head.
+* :class:`ITMHead`, :class:`WordDetectorHead` (:mod:`.heads`): the heads of the training
+  objectives beside MLM (image-text matching; the caption's words from the image alone).
 * :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits.
 * :class:`VitBertConfig` (:mod:`.config`): plain-value configuration, and named presets.
 
@@ -11,7 +12,7 @@ Stored weights (checkpoints, exported folders, pretrained timm weights) are read
 :mod:`vitbert.io`, never here: a model's constructor loads nothing.
 """
 
-from vitbert.models.bert import ITMHead, MLMHead, TextEmbeddings, TextTower
+from vitbert.models.bert import MLMHead, TextEmbeddings, TextTower
 from vitbert.models.config import (
     PRESETS,
     ImageTowerConfig,
@@ -19,6 +20,7 @@ from vitbert.models.config import (
     VitBertConfig,
     preset,
 )
+from vitbert.models.heads import ITMHead, WordDetectorHead
 from vitbert.models.multimodal import Projector, VitBert
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
 from vitbert.models.vit import ViT, build_image_tower
@@ -38,6 +40,7 @@ __all__ = [
     "ViT",
     "VitBert",
     "VitBertConfig",
+    "WordDetectorHead",
     "build_image_tower",
     "preset",
 ]

@@ -1,5 +1,4 @@
-"""The BERT text tower: embeddings, the shared pre-norm encoder, the tied MLM head, and the
-image-text matching head.
+"""The BERT text tower: embeddings, the shared pre-norm encoder, the tied MLM head.
 
 Weight tying: one matrix E (V × D) embeds ids at the bottom and, transposed, scores the
 vocabulary at the top (``logits = h Eᵀ + b``). Every row of E then gets a gradient every step
@@ -15,7 +14,6 @@ import torch
 from torch import Tensor, nn
 
 from vitbert.models.config import TextTowerConfig
-from vitbert.models.vit import init_transformer_weights
 from vitbert.nn import BlockConfig, Encoder
 
 IMAGE, WORD = 0, 1  # rows of the modality embedding
@@ -78,35 +76,3 @@ class MLMHead(nn.Module):
     def forward(self, h: Tensor) -> Tensor:
         """(…, D) hidden states → (…, V) logits; run it on the M masked rows only."""
         return self.decoder(self.norm(self.act(self.dense(h))))
-
-
-def _keep_fresh_when_absent(module: nn.Module, state_dict: dict, prefix: str, *_) -> None:
-    """Load pre-hook: a weight the state dict lacks is given the module's own, so it stays."""
-    for name, value in module.state_dict().items():
-        state_dict.setdefault(prefix + name, value)
-
-
-class ITMHead(nn.Module):
-    """Image-text matching: the caption's [CLS] row (…, D) → one logit, "this photo is the
-    caption's" (ALBEF, ViLT; BERT's next-sentence head has this shape: a tanh pooler, then a
-    linear classifier).
-
-    The [CLS] row has attended to every word and every image token, so it can compare them; the
-    pooler gives it a summary of its own, apart from what the MLM head reads from the word rows.
-    Trained with shuffled-photo negatives (:func:`vitbert.lit.objectives.itm_loss`).
-
-    It is a training objective's head, not part of the model that predicts words, so a state
-    dict without it (a checkpoint trained without the objective) loads, strictly too: the head
-    keeps its fresh weights.
-    """
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.pooler = nn.Linear(dim, dim)
-        self.classifier = nn.Linear(dim, 1)
-        init_transformer_weights(self)
-        self.register_load_state_dict_pre_hook(_keep_fresh_when_absent)
-
-    def forward(self, cls: Tensor) -> Tensor:
-        """(…, D) → (…) logits; > 0 means "matched"."""
-        return self.classifier(torch.tanh(self.pooler(cls))).squeeze(-1)
