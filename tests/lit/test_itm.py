@@ -104,7 +104,7 @@ def test_without_itm_the_training_loss_is_the_mlm_loss_bit_for_bit():
 def test_itm_weight_zero_builds_no_head_and_draws_nothing():
     config = tiny_config()
     torch.manual_seed(0)
-    module = MaskedLMModule(net=config, vocab_size=30)
+    module = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=0.0)
     after_module = torch.get_rng_state()
     torch.manual_seed(0)
     net = VitBert(config)
@@ -136,7 +136,7 @@ def test_the_image_tower_runs_once_per_step_and_gives_the_same_loss(each_photo_o
 
 def test_a_checkpoint_trained_without_the_head_loads_strictly():
     config = tiny_config()
-    without = MaskedLMModule(net=config, vocab_size=30)
+    without = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=0.0)
     with_itm = MaskedLMModule(net=config, vocab_size=30, itm_weight=1.0)
     fresh = {k: v.clone() for k, v in with_itm.itm_head.state_dict().items()}
     with_itm.load_state_dict(without.state_dict(), strict=True)

@@ -116,7 +116,7 @@ def test_the_training_loss_adds_the_weighted_word_loss_with_one_tower_pass(tok):
 
 def test_weight_zero_builds_no_head_and_old_checkpoints_load_strictly():
     config = tiny_config(30)
-    without = MaskedLMModule(net=config, vocab_size=30)
+    without = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=0.0)
     assert without.word_head is None
     with_head = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=1.0)
     assert with_head.word_head.classifier.out_features == 30

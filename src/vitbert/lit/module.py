@@ -52,7 +52,8 @@ class MaskedLMModule(L.LightningModule):
             :mod:`vitbert.lit.objectives`) added on every training batch; 0: no head, no change.
         word_detection_weight: weight of the word detection loss (``word_head``: which content
             words a photo's captions use, from the image tower alone; see
-            :func:`vitbert.lit.objectives.word_detection_loss`); 0: no head, no change.
+            :func:`vitbert.lit.objectives.word_detection_loss`); 0: no head, no change. 10 is
+            the embedded default's: without it the tower never learns the shapes there.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, never mutated)
@@ -61,7 +62,7 @@ class MaskedLMModule(L.LightningModule):
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
                  num_examples: int = 3, freeze_image_tower: bool = False,
                  generation_probability: float = 0.5, itm_weight: float = 0.0,
-                 word_detection_weight: float = 0.0) -> None:
+                 word_detection_weight: float = 10.0) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:

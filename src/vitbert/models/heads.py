@@ -60,5 +60,7 @@ class WordDetectorHead(nn.Module):
         self.register_load_state_dict_pre_hook(_keep_fresh_when_absent)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        """(P, N, D_img) image tokens → (P, V) logits."""
-        return self.classifier(tokens.amax(dim=1))  # (P, D_img) -> (P, V)
+        """(P, N, D_img) image tokens → (P, V) logits. A frozen tower's cached tokens are stored
+        in fp16 (`vitbert.data.features`): they are read in the classifier's dtype."""
+        pooled = tokens.amax(dim=1).to(self.classifier.weight.dtype)  # (P, D_img)
+        return self.classifier(pooled)  # (P, V)
