@@ -92,10 +92,11 @@ def test_the_detector_learns_each_photos_colour_from_its_pixels_alone(tok):
     colour_ids = [tok.convert_tokens_to_ids(colour) for colour in PIXELS]
     assert tok.unk_token_id not in colour_ids
     with torch.no_grad():
-        scores = head(with_tower_output(net, batch)[FEATURES_KEY])[:, colour_ids]  # (P, colours)
+        logits = head(with_tower_output(net, batch)[FEATURES_KEY])  # (P, V)
+    scores = logits[:, colour_ids]  # (P, colours)
     assert scores.argmax(dim=1).tolist() == list(range(len(PIXELS))), scores
     # Every caption holds one colour among ~10 content pieces: the photo's own gets about 1/10.
-    probabilities = torch.softmax(head(with_tower_output(net, batch)[FEATURES_KEY]), dim=-1)
+    probabilities = torch.softmax(logits, dim=-1)
     assert (probabilities[:, colour_ids].diagonal() > 0.05).all()
 
 

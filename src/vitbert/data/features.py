@@ -195,6 +195,14 @@ def batch_image(batch: dict[str, Tensor]) -> Tensor:
     return batch[FEATURES_KEY] if FEATURES_KEY in batch else batch["images"]
 
 
+def caption_photos(batch: dict[str, Tensor]) -> Tensor:
+    """(B,) long: the row of each caption's photo among those the batch carries (its
+    ``image_index``, or caption b's own photo b when the photos are one per caption)."""
+    if IMAGE_INDEX in batch:
+        return batch[IMAGE_INDEX]
+    return torch.arange(len(batch["input_ids"]), device=batch["input_ids"].device)
+
+
 def image_argument(batch: dict[str, Tensor], image: Tensor | None) -> dict[str, Tensor | None]:
     """``image`` (pixels, features, or None) under the keyword VitBert.forward reads it by, with
     the batch's ``image_index`` when it has one (``image`` is then indexed by it)."""

@@ -1,9 +1,9 @@
 """The training system around a VitBert: MLM loss, metrics under each condition, optimiser.
 
 It wires parts together and contains none of them: the network :mod:`vitbert.models`, the losses
-:mod:`vitbert.lit.loss` and :mod:`vitbert.lit.objectives` (generation, image-text matching), the
-conditions :mod:`vitbert.lit.conditions`, the metrics :mod:`vitbert.lit.metrics`, the optimiser
-:mod:`vitbert.lit.optim`, guesses :mod:`vitbert.decoding`.
+:mod:`vitbert.lit.loss` and :mod:`vitbert.lit.objectives` (generation, image-text matching,
+word detection), the conditions :mod:`vitbert.lit.conditions`, the metrics
+:mod:`vitbert.lit.metrics`, the optimiser :mod:`vitbert.lit.optim`, guesses :mod:`vitbert.decoding`.
 Saved hyperparameters are plain values (``torch.load(weights_only=True)`` reads a checkpoint).
 """
 

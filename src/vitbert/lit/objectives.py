@@ -30,7 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX, batch_image, image_argument
+from vitbert.data.features import (
+    FEATURES_KEY,
+    IMAGE_INDEX,
+    batch_image,
+    caption_photos,
+    image_argument,
+)
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
 from vitbert.lit.loss import masked_lm_loss
@@ -159,9 +165,7 @@ def itm_loss(net: nn.Module, head: nn.Module, batch: Batch) -> tuple[Tensor, Ten
     """
     caption = original_caption(batch)  # (B, T)
     text, photo, matched = itm_pairs(batch["image_id"])  # (B + K,) each
-    # Each pair's photo among those the batch carries: its P distinct photos (image_index says
-    # which is a caption's) or one per caption.
-    index = batch[IMAGE_INDEX][photo] if IMAGE_INDEX in batch else photo  # (B + K,)
+    index = caption_photos(batch)[photo]  # (B + K,) each pair's photo among the batch's
     photos = {**image_argument(batch, batch_image(batch)), IMAGE_INDEX: index}
     hidden, _ = net.encode(caption[text], batch["attention_mask"][text],
                            **photos)  # (B + K, T, D)
@@ -187,11 +191,9 @@ def word_detection_loss(head: nn.Module, batch: Batch) -> Tensor:
     """
     tokens = batch[FEATURES_KEY]  # (P, N, D_img)
     caption = original_caption(batch)  # (B, T)
-    B, P = caption.shape[0], tokens.shape[0]
-    photo = batch[IMAGE_INDEX] if IMAGE_INDEX in batch else torch.arange(B, device=caption.device)
     content = batch["content_mask"].bool()  # (B, T)
-    counts = tokens.new_zeros(P, head.vocab_size, dtype=torch.float32)  # (P, V)
-    rows = photo[:, None].expand_as(caption)[content]
+    counts = tokens.new_zeros(len(tokens), head.vocab_size, dtype=torch.float32)  # (P, V)
+    rows = caption_photos(batch)[:, None].expand_as(caption)[content]
     counts.index_put_((rows, caption[content]), torch.ones_like(rows, dtype=counts.dtype),
                       accumulate=True)
     seen = counts.sum(dim=1) > 0  # a photo whose captions hold no content word teaches nothing

@@ -59,7 +59,7 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module
 
     Tied parameters (the MLM decoder and the word embedding) appear once: ``named_parameters``
     removes duplicates, and a parameter owned by any no-decay module is not decayed. ``heads``
-    are trained beside ``model`` by the same rules (the image-text matching head); their
+    are trained beside ``model`` by the same rules (the objectives' heads); their
     parameters and ``model``'s are then named ``heads.*`` and ``model.*``.
     """
     image_tower = getattr(model, "image_tower", None)
