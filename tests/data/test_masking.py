@@ -131,6 +131,11 @@ def _words(ids: list[int], tok) -> list[tuple[int, int, str]]:
     return spans
 
 
+def _is_content(word: str, tok) -> bool:
+    """The test's own reading of a content word: neither a function word nor [CLS]/[SEP]."""
+    return word not in STOP_WORDS and word not in tok.all_special_tokens
+
+
 def test_whole_word_masking_and_content_mask(tok):
     caps = _captions(400)
     b = MLMCollator(tok, whole_word=True, deterministic=True)(_items(caps))
@@ -141,7 +146,7 @@ def test_whole_word_masking_and_content_mask(tok):
         content = b["content_mask"][row, : len(ids)].tolist()
         for s, e, word in _words(ids, tok):
             assert len(set(targets[s:e])) == 1, f"{word!r} partly masked in {cap!r}"
-            is_content = word not in STOP_WORDS and word not in tok.all_special_tokens
+            is_content = _is_content(word, tok)
             assert all(c == is_content for c in content[s:e]), word
             if targets[s]:
                 multi_piece_masked += e - s > 1
@@ -155,7 +160,7 @@ def test_content_mask_marks_content_pieces_only(tok):
     for row, cap in enumerate(caps):
         ids = tok(cap)["input_ids"]
         for s, e, word in _words(ids, tok):
-            is_content = word not in STOP_WORDS and word not in tok.all_special_tokens
+            is_content = _is_content(word, tok)
             for p in range(s, e):  # every piece, a target or not
                 assert bool(b["content_mask"][row, p]) == is_content, word
                 seen[is_content] += 1
