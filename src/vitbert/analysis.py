@@ -88,11 +88,9 @@ def _source_from(settings: dict[str, Any], root: str | None, cache_dir: str | No
     return getattr(importlib.import_module(module), name)(**init_args)
 
 
-def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
-                   cache_dir: str | None = None) -> tuple[DataLoader, CaptionDataset]:
-    """The loader validation used for `split`: the checkpoint's data settings, its tokenizer."""
-    if split not in SPLITS:
-        raise DataError(f"split {split!r} is not one of {SPLITS}")
+def checkpoint_source(ckpt: str | Path, root: str | None = None, cache_dir: str | None = None
+                      ) -> tuple[Any, dict[str, Any]]:
+    """The data source a ``.ckpt`` was trained on (cache not yet built) and its data settings."""
     if Path(ckpt).is_dir():
         raise DataError(f"{ckpt}: an exported folder carries no data settings; pass the .ckpt "
                         f"written by scripts/train.py fit")
@@ -101,7 +99,15 @@ def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
     if not data or "source" not in data:
         raise DataError(f"{ckpt}: holds no data settings (datamodule_hyper_parameters); "
                         f"pass a .ckpt written by scripts/train.py fit")
-    source = _source_from(data["source"], root, cache_dir)
+    return _source_from(data["source"], root, cache_dir), data
+
+
+def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
+                   cache_dir: str | None = None) -> tuple[DataLoader, CaptionDataset]:
+    """The loader validation used for `split`: the checkpoint's data settings, its tokenizer."""
+    if split not in SPLITS:
+        raise DataError(f"split {split!r} is not one of {SPLITS}")
+    source, data = checkpoint_source(ckpt, root, cache_dir)
     source.build_cache(int(data["image_size"]))
     dataset = CaptionDataset(source.cache_dir, split)
     _, tokenizer = load_model(ckpt)

@@ -6,6 +6,7 @@ from vitbert.lit.caption_metrics import (
     CaptionMetrics,
     cider_d,
     colours_and_shapes_right,
+    object_verdicts,
     tokenize,
 )
 
@@ -66,3 +67,27 @@ def test_colour_and_shape_words():
     metrics.reset()
     metrics.update(CANDIDATES, REFERENCES)
     assert "colour_shape" not in metrics.compute()  # not every reference is a shapes caption
+
+
+def test_object_verdicts_tell_binding_from_other_mistakes():
+    reference = "a small red circle left of a large blue square"
+    red, blue = ("red", "circle"), ("blue", "square")
+
+    def verdicts(candidate):
+        return object_verdicts(candidate, reference)
+
+    assert verdicts("the blue square is right of the red circle") == [
+        (red, "right"), (blue, "right")]
+    # The two shapes swapped: each colour got the other object's shape.
+    assert verdicts("a red square left of a blue circle") == [
+        (red, "other_object"), (blue, "other_object")]
+    assert verdicts("a red circle left of a blue circle") == [
+        (red, "right"), (blue, "other_object")]
+    assert verdicts("a red circle left of a blue cross") == [(red, "right"), (blue, "other_shape")]
+    assert verdicts("a red circle left of a large green square") == [
+        (red, "right"), (blue, "not_named")]
+    # Twice the same pair: one named right, the other not named; a right pair is spoken for once.
+    twice = "a red circle above a red circle"
+    assert object_verdicts("a red circle above a blue cross", twice) == [
+        (red, "right"), (red, "not_named")]
+    assert object_verdicts("a dog runs", "a dog on the grass") == []

@@ -1,4 +1,5 @@
-"""scripts/analyze.py: which words the photo helps, on a tiny checkpoint trained by the fixtures."""
+"""scripts/analyze.py: which words the photo helps, and which objects the written captions get
+right, on a tiny checkpoint trained by the fixtures."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from helpers import load_script
 
 from vitbert.analysis import Readings, summarise, word_class
+from vitbert.caption_analysis import tally
+from vitbert.lit.caption_metrics import VERDICTS
 
 
 def test_word_classes():
@@ -64,3 +68,55 @@ def test_mistakes_exit_2_with_one_line(problem, trained, not_a_checkpoint, tmp_p
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("error: ") and "\n" not in err
     assert not (tmp_path / "a.png").exists()
+
+
+def test_caption_tally_counts_new_and_seen_pairs_apart():
+    references = ["a small red circle left of a large blue square",
+                  "a green cross above a red circle"]
+    captions = ["a red circle left of a blue circle",  # blue square: the other object's shape
+                "a green cross above a red circle"]
+    s = tally(captions, "a yellow square above a purple diamond", references,
+              new_pairs={("blue", "square"), ("green", "cross")})
+    assert s["images"] == 2
+    assert s["pictures"]["photo"] == {"colour_shape": 0.5, "colours": 1.0, "shapes": 0.5}
+    assert s["pictures"]["no_photo"] == {"colour_shape": 0.0, "colours": 0.0, "shapes": 0.0}
+    assert s["objects"]["seen"] == {"count": 2, "right": 1.0, "other_object": 0.0,
+                                    "other_shape": 0.0, "not_named": 0.0}
+    assert s["objects"]["new"] == {"count": 2, "right": 0.5, "other_object": 0.5,
+                                   "other_shape": 0.0, "not_named": 0.0}
+    assert s["new_pairs"] == ["blue square", "green cross"]
+
+
+def test_analyze_captions_of_a_checkpoint(trained, tmp_path, capsys):
+    figures = tmp_path / "figures.json"
+    rc = load_script("analyze").main(["--ckpt", str(trained.ckpt), "--captions", "--split",
+                                      "test", "--num-images", "6", "--json", str(figures)])
+    assert rc == 0
+    s = json.loads(figures.read_text())
+    assert (s["split"], s["images"]) == ("test", 6)
+    # Two objects a picture; every test picture holds at least one new pair.
+    counts = s["objects"]["seen"]["count"], s["objects"]["new"]["count"]
+    assert sum(counts) == 12 and counts[1] >= 6
+    for kind in ("seen", "new"):
+        objects = s["objects"][kind]
+        if objects["count"]:  # every object gets one verdict
+            assert sum(objects[v] for v in VERDICTS) == pytest.approx(1.0)
+    printed = capsys.readouterr().out
+    assert "per object, colour-shape pair" in printed and s["text_only_caption"] in printed
+
+
+@pytest.mark.parametrize("problem", ["mlm_only", "not_shapes"])
+def test_analyze_captions_needs_a_shapes_captioner(problem, trained, tmp_path, capsys):
+    checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
+    if problem == "mlm_only":
+        checkpoint["hyper_parameters"]["generation_probability"] = 0.0
+    else:
+        source = checkpoint["datamodule_hyper_parameters"]["source"]
+        source["class_path"] = "vitbert.data.Flickr30kSource"
+        source["init_args"] = {"root": str(tmp_path / "flickr30k")}
+    ckpt = tmp_path / f"{problem}.ckpt"
+    torch.save(checkpoint, ckpt)
+    rc = load_script("analyze").main(["--ckpt", str(ckpt), "--captions"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err
+    assert ("generation_probability" if problem == "mlm_only" else "ShapesSource") in err

@@ -9,7 +9,8 @@ drops punctuation; :func:`tokenize` lower-cases and keeps runs of letters and di
 the same for captions like ours, with no Java.
 
 For the embedded shapes data, :func:`colours_and_shapes_right` asks the question that matters
-there: does the caption name both objects' colours and shapes correctly?
+there: does the caption name both objects' colours and shapes correctly? :func:`object_verdicts`
+says, object by object, what went wrong when it does not.
 """
 
 from __future__ import annotations
@@ -88,6 +89,36 @@ def colours_and_shapes_right(candidate: str, reference: str) -> dict[str, bool] 
     return {"colour_shape": named == wanted,
             "colours": _count(named, 0) == _count(wanted, 0),
             "shapes": _count(named, 1) == _count(wanted, 1)}
+
+
+RIGHT, OTHER_OBJECT, OTHER_SHAPE, NOT_NAMED = "right", "other_object", "other_shape", "not_named"
+VERDICTS = (RIGHT, OTHER_OBJECT, OTHER_SHAPE, NOT_NAMED)
+
+
+def object_verdicts(candidate: str, reference: str) -> list[tuple[tuple[str, str], str]]:
+    """Each (colour, shape) object the reference names, in its order, with what the candidate
+    made of it: ``right`` (that pair is named); ``other_object`` (its colour is given the shape of
+    another object of the picture: the two were bound wrongly); ``other_shape`` (its colour is
+    given a shape the picture does not hold); ``not_named`` (no shape follows its colour).
+
+    Exact pairs are matched first, as multisets, so a right object is never also counted as
+    another's mistake.
+    """
+    wanted = _COLOUR_SHAPE.findall(reference.lower())
+    unmatched = Counter(_COLOUR_SHAPE.findall(candidate.lower()))
+    right = []
+    for pair in wanted:
+        right.append(unmatched[pair] > 0)
+        if right[-1]:
+            unmatched[pair] -= 1  # this named pair is spoken for
+    verdicts = []
+    for (colour, shape), is_right in zip(wanted, right, strict=True):
+        others = {s for c, s in wanted if (c, s) != (colour, shape)}
+        said = {s for c, s in unmatched.elements() if c == colour}
+        verdict = (RIGHT if is_right else OTHER_OBJECT if said & others
+                   else OTHER_SHAPE if said else NOT_NAMED)
+        verdicts.append(((colour, shape), verdict))
+    return verdicts
 
 
 def _count(pairs: Counter, slot: int) -> Counter:

@@ -69,9 +69,11 @@ class CaptionEvaluation(L.Callback):
         pl_module.log_dict({f"{stage}/{name}": value for name, value in figures.items()})
 
 
-def caption_figures(net, tokenizer, dataset, limit: int | None = None,
-                    batch_size: int = 100) -> dict[str, float]:
-    """BLEU-4, CIDEr-D (and colour_shape) of greedy captions, with the image and without."""
+def write_captions(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100
+                   ) -> tuple[list[str], str, list[list[str]]]:
+    """Greedy captions of a split's images (a fixed sample of ``limit``), the one caption written
+    from no image (the control: with no image every caption is the same greedy sentence), and
+    each image's references."""
     tokens = CaptionTokens.from_tokenizer(tokenizer)
     device = next(net.parameters()).device
     _, firsts, references = images_and_references(dataset, limit)
@@ -82,10 +84,16 @@ def caption_figures(net, tokenizer, dataset, limit: int | None = None,
         pixels = torch.stack([dataset[i]["image"] for i in firsts[start:start + batch_size]])
         captions += [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                      for g in greedy(net, tokens, pixels.to(device))]
-    # With no image every caption is the same greedy sentence: write it once.
     text_only = tokenizer.decode(greedy(net, tokens, None, 1)[0].token_ids,
                                  skip_special_tokens=True)
     net.train(was_training)
+    return captions, text_only, references
+
+
+def caption_figures(net, tokenizer, dataset, limit: int | None = None,
+                    batch_size: int = 100) -> dict[str, float]:
+    """BLEU-4, CIDEr-D (and colour_shape) of greedy captions, with the image and without."""
+    captions, text_only, references = write_captions(net, tokenizer, dataset, limit, batch_size)
     figures = {}
     for suffix, written in (("", captions), ("_text", [text_only] * len(captions))):
         metrics = CaptionMetrics()
