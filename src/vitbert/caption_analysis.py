@@ -97,7 +97,11 @@ def format_caption_summary(summary: dict[str, Any]) -> str:
     lines += [f"  {label:<34}{pictures['photo'][key]:>8.1%}{pictures['no_photo'][key]:>10.1%}"
               for key, label in _PICTURE_ROWS]
     lines.append(f"  {'per object, colour-shape pair':<34}{'seen':>8}{'new':>10}")
-    lines += [f"  {label:<34}{objects['seen'][key]:>8.1%}{objects['new'][key]:>10.1%}"
+
+    def share(kind: str, key: str) -> str:  # no objects of a kind (train pictures): no share
+        return f"{objects[kind][key]:.1%}" if objects[kind]["count"] else "–"
+
+    lines += [f"  {label:<34}{share('seen', key):>8}{share('new', key):>10}"
               for key, label in _OBJECT_ROWS]
     lines.append(f"  {'objects':<34}{objects['seen']['count']:>8}{objects['new']['count']:>10}")
     lines.append(f"  no-photo caption: {summary['text_only_caption']!r}")

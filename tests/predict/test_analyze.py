@@ -11,7 +11,7 @@ import torch
 from helpers import load_script
 
 from vitbert.analysis import Readings, summarise, word_class
-from vitbert.caption_analysis import tally
+from vitbert.caption_analysis import format_caption_summary, tally
 from vitbert.lit.caption_metrics import VERDICTS
 
 
@@ -85,6 +85,12 @@ def test_caption_tally_counts_new_and_seen_pairs_apart():
     assert s["objects"]["new"] == {"count": 2, "right": 0.5, "other_object": 0.5,
                                    "other_shape": 0.0, "not_named": 0.0}
     assert s["new_pairs"] == ["blue square", "green cross"]
+    # Training pictures hold no new pair: a dash, not a share of nothing.
+    no_new = tally(captions, "a red circle", references, new_pairs=set()) | {"split": "train"}
+    assert no_new["objects"]["new"]["count"] == 0
+    named_right = next(line for line in format_caption_summary(no_new).splitlines()
+                       if "named right" in line)
+    assert named_right.split()[-2:] == ["75.0%", "–"]
 
 
 def test_analyze_captions_of_a_checkpoint(trained, tmp_path, capsys):
