@@ -92,6 +92,8 @@ def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
         + (f" ResNetV2{tuple(image.hybrid_layers)}" if image.kind == "hybrid" else "")
         + f" → {model.image_tower.grid_size[0]}×{model.image_tower.grid_size[1]} grid,"
         f" D={image.dim}, {image.depth} blocks, {image.num_heads} heads, pool={image.pool}"
+        + (f", attention within {2 * image.attention_radius + 1}×{2 * image.attention_radius + 1}"
+           f" patches" if image.attention_radius is not None else "")
         + (f", pretrained={image.pretrained}" if image.pretrained else ""),
         f"text:  D={text.dim}, {text.depth} blocks, {text.num_heads} heads, max_len={text.max_len},"
         f" vocab={config.vocab_size} (decoder tied to the word embedding)",

@@ -51,3 +51,11 @@ def test_default_is_the_patch_token_model():
     config = VitBertConfig()
     assert (config.image_tokens, config.text.max_len, config.image.stem_hidden_dim) == (
         "patches", 32, 16)
+
+
+def test_a_stored_config_from_before_local_attention_loads_as_global():
+    stored = VitBertConfig().to_dict()
+    assert stored["image"]["attention_radius"] == 2  # the embedded default attends locally
+    assert VitBertConfig.from_dict(stored) == VitBertConfig()
+    del stored["image"]["attention_radius"]  # written before the setting existed
+    assert VitBertConfig.from_dict(stored).image.attention_radius is None

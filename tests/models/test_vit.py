@@ -10,7 +10,8 @@ timm = pytest.importorskip("timm")
 
 
 def _tower(**kw):
-    return build_image_tower(ImageTowerConfig(**kw)).eval()
+    """A tower attending globally, as timm's ViTs do, unless ``attention_radius`` is given."""
+    return build_image_tower(ImageTowerConfig(**{"attention_radius": None, **kw})).eval()
 
 
 def _assert_same_features(ours, theirs, image_size, atol=1e-5):
@@ -201,3 +202,20 @@ def test_load_by_timm_name_goes_through_create_model(monkeypatch):
     assert calls == [("vit_tiny_patch16_224.augreg_in21k", True)]
     assert report.missing == [] and report.source == "timm:vit_tiny_patch16_224.augreg_in21k"
     assert any("pixel mean" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("radius", [None, 1])
+def test_local_attention_tower_is_blind_to_far_pixels(radius):
+    """Two blocks of 3×3-window attention over a conv stem: a token's view reaches a few patches,
+    not the far corner of an 8×8 grid; with global attention every token sees it."""
+    tower = _tower(kind="conv_stem", image_size=32, patch_size=4, dim=32, depth=2, num_heads=2,
+                   attention_radius=radius)
+    images = torch.randn(1, 3, 32, 32)
+    changed = images.clone()
+    changed[..., 24:, 24:] += 1.0  # the bottom-right 2×2 patches
+    with torch.no_grad():
+        _, tokens = tower(images)
+        _, tokens_changed = tower(changed)
+    top_left = tokens[0, 0], tokens_changed[0, 0]
+    assert torch.allclose(*top_left) == (radius is not None)
+    assert not torch.allclose(tokens[0, 63], tokens_changed[0, 63])

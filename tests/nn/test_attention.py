@@ -13,6 +13,7 @@ from vitbert.nn import (
     BlockConfig,
     combine_masks,
     key_padding_mask,
+    local_mask,
 )
 
 
@@ -132,3 +133,30 @@ def test_bias_is_added_to_scores():
     pull[..., 0] = 1e4
     _, weights = attn(x, AttentionContext(bias=pull), need_weights=True)
     torch.testing.assert_close(weights[..., 0], torch.ones(1, 2, 5))
+
+
+def test_local_mask_is_a_clipped_window_and_prefix_tokens_see_everything():
+    mask = local_mask((4, 5), radius=1, num_prefix_tokens=1)[0, 0]  # (1 + 20, 1 + 20)
+    assert mask.shape == (21, 21)
+    assert mask[0].all() and mask[:, 0].all()  # the class token
+    patches = mask[1:, 1:]
+    # Patch (1, 1) is index 6: it sees rows 0-2 by columns 0-2, nine patches; a corner sees four.
+    seen = {(int(i) // 5, int(i) % 5) for i in patches[6].nonzero()}
+    assert seen == {(r, c) for r in range(3) for c in range(3)}
+    assert int(patches[0].sum()) == 4
+    assert torch.equal(patches, patches.T)
+    assert local_mask((4, 5), radius=4).all()  # a window as large as the grid: global
+
+
+def test_local_attention_ignores_tokens_outside_the_window():
+    attn = Attention(dim=16, num_heads=2).eval()
+    x = torch.randn(1, 9, 16)  # a 3x3 grid
+    context = AttentionContext(local_mask((3, 3), radius=1))
+    far = x.clone()
+    far[0, 8] += 10.0  # the bottom-right patch: two rows and two columns from the top-left
+    with torch.no_grad():
+        out, out_far = attn(x, context)[0], attn(far, context)[0]
+        manual = manual_attention(attn, x, local_mask((3, 3), radius=1))
+    torch.testing.assert_close(out, manual, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out_far[0, 0], out[0, 0])  # out of the top-left's window
+    assert not torch.allclose(out_far[0, 4], out[0, 4])  # the centre sees every patch

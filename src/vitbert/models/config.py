@@ -57,6 +57,11 @@ class ImageTowerConfig(TowerConfig):
     """ResNetV2 stage depths of the ``hybrid`` front end; () = the stem only."""
     stem_hidden_dim: int = 16
     """Channels of the two 3×3 convs of ``conv_stem``."""
+    attention_radius: int | None = 2
+    """Each patch attends only to the patches at most this many rows and columns away (a
+    (2r+1)² window); null = every patch, as in ViT and in every pretrained ViT's weights (the
+    Flickr30k configs). Local attention keeps a token about its own object: with global attention
+    the embedded default's shapes came out tied to their training colours (README)."""
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     """Per-channel pixel mean subtracted before the tower; it belongs to the pretrained weights."""
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -113,9 +118,13 @@ class VitBertConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VitBertConfig:
-        """Inverse of :meth:`to_dict`; lists where tuples are expected are fine."""
+        """Inverse of :meth:`to_dict`; lists where tuples are expected are fine.
+
+        A stored image tower without ``attention_radius`` predates local attention: it attended
+        globally, and loads so.
+        """
         d = dict(d)
-        image = ImageTowerConfig(**d.pop("image", {}))
+        image = ImageTowerConfig(**{"attention_radius": None, **d.pop("image", {})})
         text = TextTowerConfig(**d.pop("text", {}))
         return cls(image=image, text=text, **d)
 
@@ -125,7 +134,7 @@ def _flickr30k() -> VitBertConfig:
     return VitBertConfig(
         image=ImageTowerConfig(
             kind="vit", image_size=224, patch_size=16, dim=768, depth=12, num_heads=12,
-            class_token=True, pool="cls",
+            class_token=True, pool="cls", attention_radius=None,
             pretrained="vit_base_patch16_224.augreg2_in21k_ft_in1k",
         ),
         text=TextTowerConfig(dim=768, depth=6, num_heads=12, max_len=64, dropout=0.1),

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from vitbert.models.config import ImageTowerConfig
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
-from vitbert.nn import BlockConfig, Encoder, LearnedPosition
+from vitbert.nn import AttentionContext, BlockConfig, Encoder, LearnedPosition, local_mask
+from vitbert.nn.attention import NO_CONTEXT
 
 __all__ = ["ViT", "build_image_tower", "init_transformer_weights"]
 
@@ -53,11 +54,12 @@ class ViT(nn.Module):
         norm_eps: float = 1e-6,
         mean: tuple[float, ...] = (0.5, 0.5, 0.5),
         std: tuple[float, ...] = (0.5, 0.5, 0.5),
+        attention_radius: int | None = None,
     ) -> None:
         super().__init__()
         if pool == "cls" and not class_token:
             raise ValueError("pool='cls' needs a class token")
-        self.dim, self.pool = dim, pool
+        self.dim, self.pool, self.attention_radius = dim, pool, attention_radius
         self.patch_embed = patch_embed
         self.grid_size: tuple[int, int] = tuple(patch_embed.grid_size)
         # Pixels per token along each side: to find the grid of an input of another size.
@@ -99,6 +101,13 @@ class ViT(nn.Module):
         return resample_abs_pos_embed(table, new_size=list(grid), old_size=list(self.grid_size),
                                       num_prefix_tokens=self.num_prefix_tokens)
 
+    def context(self, grid: tuple[int, int]) -> AttentionContext:
+        """Who sees whom among the tower's tokens: everyone, or a window (``attention_radius``)."""
+        if self.attention_radius is None:
+            return NO_CONTEXT
+        return AttentionContext(local_mask(grid, self.attention_radius, self.num_prefix_tokens,
+                                           self.pos_embed.weight.device))
+
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
         B, _, H, W = images.shape
         if H % self.stride or W % self.stride:
@@ -109,7 +118,7 @@ class ViT(nn.Module):
         if self.cls_token is not None:
             x = torch.cat((self.cls_token.expand(B, -1, -1), x), dim=1)  # (B, 1 + N, D)
         x = x + self.positions(grid)
-        x = self.encoder(x)  # (B, prefix + N, D)
+        x = self.encoder(x, self.context(grid))  # (B, prefix + N, D)
         tokens = x[:, self.num_prefix_tokens:]  # (B, N, D)
         pooled = x[:, 0] if self.pool == "cls" else tokens.mean(dim=1)  # (B, D)
         return pooled, tokens
@@ -137,4 +146,5 @@ def build_image_tower(cfg: ImageTowerConfig) -> ViT:
     return ViT(
         build_patch_embed(cfg), cfg.dim, cfg.depth, cfg.num_heads, cfg.mlp_ratio,
         cfg.class_token, cfg.pool, cfg.drop_path, cfg.norm_eps, cfg.mean, cfg.std,
+        cfg.attention_radius,
     )

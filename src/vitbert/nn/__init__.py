@@ -26,6 +26,7 @@ from vitbert.nn.attention import (
     LayerCache,
     combine_masks,
     key_padding_mask,
+    local_mask,
     seq2seq_mask,
 )
 from vitbert.nn.encoder import Block, BlockConfig, Encoder
@@ -57,6 +58,7 @@ __all__ = [
     "build_mlp",
     "combine_masks",
     "key_padding_mask",
+    "local_mask",
     "seq2seq_mask",
     "sinusoidal_table",
 ]

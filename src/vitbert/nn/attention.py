@@ -41,6 +41,25 @@ def seq2seq_mask(num_image_tokens: int, attention_mask: Tensor) -> Tensor:
     return combine_masks(allowed[None, None], key_padding_mask(attention_mask))  # (B, 1, L, L)
 
 
+def local_mask(grid: tuple[int, int], radius: int, num_prefix_tokens: int = 0,
+               device: torch.device | None = None) -> Tensor:
+    """Neighbourhood attention over an image grid in raster order: a patch sees the patches at
+    most ``radius`` rows and ``radius`` columns away, a (2·radius + 1)² window clipped at the
+    edges. Prefix tokens (a class token) see every token and are seen by every token.
+
+    Returns (1, 1, L, L), True = may attend, L = prefix + rows·cols.
+    """
+    rows, cols = grid
+    row = torch.arange(rows, device=device).repeat_interleave(cols)  # (N,)
+    col = torch.arange(cols, device=device).repeat(rows)  # (N,)
+    near = (((row[:, None] - row[None, :]).abs() <= radius)
+            & ((col[:, None] - col[None, :]).abs() <= radius))  # (N, N)
+    L, p = num_prefix_tokens + rows * cols, num_prefix_tokens
+    allowed = torch.ones(L, L, dtype=torch.bool, device=device)
+    allowed[p:, p:] = near
+    return allowed[None, None]
+
+
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
     """Blocked if any rule blocks: the AND of the "may attend" masks (``None`` = allow all)."""
     combined = None
