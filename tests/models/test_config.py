@@ -59,3 +59,5 @@ def test_a_stored_config_from_before_local_attention_loads_as_global():
     assert VitBertConfig.from_dict(stored) == VitBertConfig()
     del stored["image"]["attention_radius"]  # written before the setting existed
     assert VitBertConfig.from_dict(stored).image.attention_radius is None
+    with pytest.raises(ValueError, match="attention_radius=-1"):
+        ImageTowerConfig(attention_radius=-1)

@@ -76,6 +76,9 @@ class ImageTowerConfig(TowerConfig):
         self.std = tuple(self.std)
         if self.pool == "cls" and not self.class_token:
             raise ValueError("pool='cls' needs class_token=True")
+        if self.attention_radius is not None and self.attention_radius < 0:
+            raise ValueError(f"attention_radius={self.attention_radius}: a patch must see itself; "
+                             f"use 0 or more, or null for every patch")
 
 
 @dataclass
