@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitbert.nn.position import grid_coordinates
+
 
 def key_padding_mask(attention_mask: Tensor) -> Tensor:
     """(B, L) "is a real token" → (B, 1, 1, L) "may attend to this key"."""
@@ -49,12 +51,10 @@ def local_mask(grid: tuple[int, int], radius: int, num_prefix_tokens: int = 0,
 
     Returns (1, 1, L, L), True = may attend, L = prefix + rows·cols.
     """
-    rows, cols = grid
-    row = torch.arange(rows, device=device).repeat_interleave(cols)  # (N,)
-    col = torch.arange(cols, device=device).repeat(rows)  # (N,)
+    row, col = grid_coordinates(grid, device)  # (N,) each
     near = (((row[:, None] - row[None, :]).abs() <= radius)
             & ((col[:, None] - col[None, :]).abs() <= radius))  # (N, N)
-    L, p = num_prefix_tokens + rows * cols, num_prefix_tokens
+    L, p = num_prefix_tokens + len(row), num_prefix_tokens
     allowed = torch.ones(L, L, dtype=torch.bool, device=device)
     allowed[p:, p:] = near
     return allowed[None, None]

@@ -52,6 +52,15 @@ class SinusoidalPosition(nn.Module):
         return x + self.table[: x.shape[1]].to(x.dtype)
 
 
+def grid_coordinates(grid: tuple[int, int], device: torch.device | None = None
+                     ) -> tuple[Tensor, Tensor]:
+    """(row, col) of each token of a rows × cols grid in raster order: two (N,) long tensors."""
+    rows, cols = grid
+    row = torch.arange(rows, device=device).repeat_interleave(cols)  # (N,)
+    col = torch.arange(cols, device=device).repeat(rows)  # (N,)
+    return row, col
+
+
 def _rotate_half(x: Tensor) -> Tensor:
     """(x1, x2) → (−x2, x1) on the two halves of the last axis: a 90° turn of every pair."""
     x1, x2 = x.chunk(2, dim=-1)
@@ -104,9 +113,7 @@ class Rotary2D(nn.Module):
         self.num_prefix_tokens = num_prefix_tokens
 
     def angles(self, device: torch.device) -> Tensor:
-        rows, cols = self.grid_size
-        row = torch.arange(rows, device=device).repeat_interleave(cols)  # (N,)
-        col = torch.arange(cols, device=device).repeat(rows)  # (N,)
+        row, col = grid_coordinates(self.grid_size, device)  # (N,) each
         half = self.head_dim // 2
         return torch.cat(
             (_rotary_angles(row, half, self.base), _rotary_angles(col, half, self.base)), dim=-1
@@ -148,8 +155,7 @@ class RelativePositionBias2D(nn.Module):
         rows, cols = grid_size
         self.num_prefix_tokens = num_prefix_tokens
         self.table = nn.Parameter(torch.zeros(num_heads, (2 * rows - 1) * (2 * cols - 1)))
-        r = torch.arange(rows).repeat_interleave(cols)
-        c = torch.arange(cols).repeat(rows)
+        r, c = grid_coordinates(grid_size)  # (N,) each
         d_row = r[:, None] - r[None, :] + rows - 1  # (N, N) in [0, 2R-2]
         d_col = c[:, None] - c[None, :] + cols - 1
         self.register_buffer("index", d_row * (2 * cols - 1) + d_col, persistent=False)
