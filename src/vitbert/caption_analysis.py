@@ -26,7 +26,7 @@ from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.shapes import COLOURS, SHAPES, held_out_pairs
 from vitbert.data.sources import ShapesSource
 from vitbert.io import CheckpointError, load_model
-from vitbert.lit.caption_metrics import VERDICTS, colours_and_shapes_right, object_verdicts
+from vitbert.lit.caption_metrics import VERDICTS, colour_shape_shares, object_verdicts
 from vitbert.lit.captioning import write_captions
 
 PAIR_KINDS = ("seen", "new")  # the object's colour-shape pair was / was never in training
@@ -63,19 +63,17 @@ def tally(captions: Sequence[str], text_only: str, references: Sequence[str],
     right, with the photo and from no photo. Per object, for seen and new pairs apart: how many,
     and the share of each verdict (``right``, ``other_object``, ``other_shape``,
     ``not_named``)."""
-    pictures = {}
-    for condition, written in (("photo", captions), ("no_photo", [text_only] * len(captions))):
-        right = [colours_and_shapes_right(c, r) for c, r in zip(written, references, strict=True)]
-        if None in right:
-            raise DataError("a reference names no colour-shape pair: not a shapes caption")
-        pictures[condition] = {name: sum(r[name] for r in right) / len(right)
-                               for name in right[0]}
+    pictures = {condition: colour_shape_shares(written, references)
+                for condition, written in (("photo", captions),
+                                           ("no_photo", [text_only] * len(captions)))}
+    if pictures["photo"] is None:
+        raise DataError("a reference names no colour-shape pair: not a shapes caption")
     verdicts = {kind: Counter() for kind in PAIR_KINDS}
     for caption, reference in zip(captions, references, strict=True):
         for pair, verdict in object_verdicts(caption, reference):
             verdicts["new" if pair in new_pairs else "seen"][verdict] += 1
-    objects = {kind: {"count": sum(counts.values()),
-                      **{v: counts[v] / max(sum(counts.values()), 1) for v in VERDICTS}}
+    objects = {kind: {"count": counts.total(),
+                      **{v: counts[v] / max(counts.total(), 1) for v in VERDICTS}}
                for kind, counts in verdicts.items()}
     return {"images": len(captions), "text_only_caption": text_only, "pictures": pictures,
             "objects": objects, "new_pairs": sorted(" ".join(p) for p in new_pairs)}

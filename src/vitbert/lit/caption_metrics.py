@@ -91,6 +91,16 @@ def colours_and_shapes_right(candidate: str, reference: str) -> dict[str, bool] 
             "shapes": _count(named, 1) == _count(wanted, 1)}
 
 
+def colour_shape_shares(candidates: Sequence[str], references: Sequence[str]
+                        ) -> dict[str, float] | None:
+    """The share of candidates with :func:`colours_and_shapes_right`'s ``colour_shape``,
+    ``colours`` and ``shapes`` right; None when a reference is not a shapes caption (or none)."""
+    right = [colours_and_shapes_right(c, r) for c, r in zip(candidates, references, strict=True)]
+    if not right or None in right:
+        return None
+    return {name: sum(r[name] for r in right) / len(right) for name in right[0]}
+
+
 RIGHT, OTHER_OBJECT, OTHER_SHAPE, NOT_NAMED = "right", "other_object", "other_shape", "not_named"
 VERDICTS = (RIGHT, OTHER_OBJECT, OTHER_SHAPE, NOT_NAMED)
 
@@ -150,8 +160,5 @@ class CaptionMetrics:
                                 [[" ".join(tokenize(r)) for r in rs] for rs in self.references])),
             "cider": cider_d(self.candidates, self.references)[0],
         }
-        right = [colours_and_shapes_right(c, rs[0])
-                 for c, rs in zip(self.candidates, self.references, strict=True)]
-        if right and None not in right:
-            figures |= {name: sum(r[name] for r in right) / len(right) for name in right[0]}
-        return figures
+        shares = colour_shape_shares(self.candidates, [rs[0] for rs in self.references])
+        return figures | (shares or {})
