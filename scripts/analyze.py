@@ -8,7 +8,9 @@ function word) with counts, on one split of the data the checkpoint was trained 
 ``--captions`` (the embedded shapes, a model trained to write captions): greedy captions of
 ``--num-images`` pictures instead, scored per picture and per object, objects whose colour-shape
 pair training never showed apart from the seen ones, and each miss told apart (the other
-object's shape, a shape not in the picture, none); see ``vitbert.caption_analysis``.
+object's shape, a shape not in the picture, none), and where the model looks when it is about
+to write a shape (its attention on the object the colour before names, and on the other one);
+see ``vitbert.caption_analysis``.
 
 Mistakes (missing checkpoint, data not found, bad split) exit 2 with one line.
 """

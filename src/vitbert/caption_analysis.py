@@ -10,6 +10,11 @@ A miss is told apart by :func:`~vitbert.lit.caption_metrics.object_verdicts`: th
 the other object's shape (binding), a shape the picture does not hold, or no shape at all.
 
 The control is the caption written from no image, as in the training table.
+
+:func:`named_object_attention` looks one step further in: when the model is about to write the
+shape after a colour, how much of its attention is on the object that colour names, and how much
+on the other object. A model that binds reads the named one; one that reads the picture as a bag
+of words looks at both alike.
 """
 
 from __future__ import annotations
@@ -26,8 +31,13 @@ from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.shapes import COLOURS, SHAPES, held_out_pairs
 from vitbert.data.sources import ShapesSource
 from vitbert.io import CheckpointError, load_model
-from vitbert.lit.caption_metrics import VERDICTS, colour_shape_shares, object_verdicts
-from vitbert.lit.captioning import write_captions
+from vitbert.lit.caption_metrics import (
+    COLOUR_SHAPE,
+    VERDICTS,
+    colour_shape_shares,
+    object_verdicts,
+)
+from vitbert.lit.captioning import images_and_references, write_captions
 
 PAIR_KINDS = ("seen", "new")  # the object's colour-shape pair was / was never in training
 
@@ -54,7 +64,72 @@ def analyse_captions(ckpt: str | Path, split: str = "val", num_images: int | Non
     captions, text_only, references = write_captions(model, tokenizer, dataset, num_images)
     colour_names = list(COLOURS)
     new_pairs = {(colour_names[c], SHAPES[s]) for c, s in held_out_pairs(source.seed)}
-    return {"split": split, **tally(captions, text_only, [r[0] for r in references], new_pairs)}
+    return {"split": split, **tally(captions, text_only, [r[0] for r in references], new_pairs),
+            "attention": named_object_attention(model, tokenizer, dataset, num_images)}
+
+
+# A patch shows an object when this share of its pixels is within COLOUR_DISTANCE of the
+# object's palette colour (the background is grey 30 ± 6, far from every palette colour).
+OBJECT_SHARE, COLOUR_DISTANCE = 0.2, 40.0
+
+
+def colour_patches(image: torch.Tensor, colour: str, patch_size: int) -> torch.Tensor:
+    """uint8 (3, S, S) picture → (rows·cols,) bool in raster order: the patches that show the
+    object painted ``colour`` (the image tokens over it)."""
+    rgb = torch.tensor(COLOURS[colour], dtype=torch.float32)
+    near = (image.float().permute(1, 2, 0) - rgb).norm(dim=-1) < COLOUR_DISTANCE  # (S, S)
+    S = near.shape[0] // patch_size
+    share = near.view(S, patch_size, S, patch_size).float().mean(dim=(1, 3))  # (rows, cols)
+    return share.flatten() >= OBJECT_SHARE
+
+
+@torch.no_grad()
+def named_object_attention(model, tokenizer, dataset, num_images: int | None = None
+                           ) -> dict[str, Any] | None:
+    """Where the model looks when it is about to write a shape: teacher-forced, each picture's
+    caption up to an object's colour, then the [MASK] greedy decoding would fill, read under
+    the seq2seq mask. Per text-encoder layer, the share of that [MASK]'s attention on the
+    object the colour names and on the other object (:func:`colour_patches`), as the mean of
+    the heads and for the head that tells them apart most.
+
+    Only pictures whose two objects differ in colour and in shape count (otherwise "named" and
+    "other" are not two things). None for a model with one pooled image token (no patches).
+    """
+    if model.config.image_tokens == "pooled":
+        return None
+    patch_size, N = model.image_tower.stride, model.num_image_tokens
+    device = next(model.parameters()).device
+    _, firsts, references = images_and_references(dataset, num_images)
+    totals, objects = None, 0  # (layers, heads, 2): named, other
+    for index, caption in zip(firsts, (r[0] for r in references), strict=True):
+        found = list(COLOUR_SHAPE.finditer(caption.lower()))
+        colours, shapes = {m[1] for m in found}, {m[2] for m in found}
+        if len(found) != 2 or len(colours) != 2 or len(shapes) != 2:
+            continue
+        image = dataset[index]["image"]
+        patches = {m[1]: colour_patches(image, m[1], patch_size).to(device) for m in found}
+        for match, other in zip(found, found[::-1], strict=True):
+            prompt = f"{caption[:match.start(2)]}{tokenizer.mask_token}"
+            ids = tokenizer(prompt, return_tensors="pt")["input_ids"][:, :-1]  # (1, t): no [SEP]
+            ids = ids.to(device)
+            _, attention = model(ids, torch.ones_like(ids, dtype=torch.bool),
+                                 images=image[None].to(device), return_attention=True,
+                                 attention_mode="seq2seq")
+            row = torch.stack([a[0, :, -1, :N] for a in attention]).float()  # (layers, H, N)
+            shares = torch.stack((row @ patches[match[1]].float(),
+                                  row @ patches[other[1]].float()), dim=-1)  # (layers, H, 2)
+            totals = shares if totals is None else totals + shares
+            objects += 1
+    if not objects:
+        return {"objects": 0, "layers": []}
+    mean = (totals / objects).cpu()  # (layers, H, 2)
+    layers = []
+    for per_head in mean:
+        head = int((per_head[:, 0] - per_head[:, 1]).argmax())
+        layers.append({"named": float(per_head[:, 0].mean()), "other": float(per_head[:, 1].mean()),
+                       "head": head, "head_named": float(per_head[head, 0]),
+                       "head_other": float(per_head[head, 1])})
+    return {"objects": objects, "layers": layers}
 
 
 def tally(captions: Sequence[str], text_only: str, references: Sequence[str],
@@ -103,4 +178,18 @@ def format_caption_summary(summary: dict[str, Any]) -> str:
               for key, label in _OBJECT_ROWS]
     lines.append(f"  {'objects':<34}{objects['seen']['count']:>8}{objects['new']['count']:>10}")
     lines.append(f"  no-photo caption: {summary['text_only_caption']!r}")
+    lines += format_attention(summary.get("attention"))
     return "\n".join(lines)
+
+
+def format_attention(attention: dict[str, Any] | None) -> list[str]:
+    """The lines of :func:`named_object_attention`'s table."""
+    if attention is None:
+        return ["  (one pooled image token: no patches to tell the objects apart)"]
+    lines = [f"  where the [MASK] before a shape looks, over {attention['objects']} objects "
+             f"(share of its attention)",
+             f"  {'text-encoder layer':<22}{'named':>8}{'other':>8}   most selective head"]
+    lines += [f"  {i:<22}{layer['named']:>8.1%}{layer['other']:>8.1%}   "
+              f"{layer['head']}: {layer['head_named']:.1%} vs {layer['head_other']:.1%}"
+              for i, layer in enumerate(attention["layers"])]
+    return lines

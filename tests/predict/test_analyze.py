@@ -11,8 +11,13 @@ import torch
 from helpers import load_script
 
 from vitbert.analysis import Readings, summarise, word_class
-from vitbert.caption_analysis import format_caption_summary, tally
-from vitbert.lit.caption_metrics import VERDICTS
+from vitbert.caption_analysis import (
+    colour_patches,
+    format_caption_summary,
+    named_object_attention,
+    tally,
+)
+from vitbert.lit.caption_metrics import COLOUR_SHAPE, VERDICTS
 
 
 def test_word_classes():
@@ -109,6 +114,56 @@ def test_analyze_captions_of_a_checkpoint(trained, tmp_path, capsys):
             assert sum(objects[v] for v in VERDICTS) == pytest.approx(1.0)
     printed = capsys.readouterr().out
     assert "per object, colour-shape pair" in printed and s["text_only_caption"] in printed
+    attention = s["attention"]  # one row per text-encoder layer (2 in the tiny model)
+    assert len(attention["layers"]) == 2 and "where the [MASK] before a shape looks" in printed
+    for layer in attention["layers"]:
+        assert 0 < layer["named"] + layer["other"] <= 1
+
+
+def test_colour_patches_are_the_patches_an_object_covers():
+    image = torch.full((3, 16, 16), 30, dtype=torch.uint8)
+    image[:, 2:7, 8:12] = torch.tensor((220, 40, 40), dtype=torch.uint8)[:, None, None]  # red
+    red = colour_patches(image, "red", patch_size=4).view(4, 4)
+    # Rows 2..6 cover patch row 0 (2 of 4 pixel rows) and row 1 (3 of 4): both over 20%.
+    assert red.nonzero().tolist() == [[0, 2], [1, 2]]
+    assert not colour_patches(image, "orange", patch_size=4).any()  # near red, still told apart
+
+
+def test_named_object_attention_of_a_model_that_looks_everywhere(trained):
+    """With every query zeroed, each [MASK] attends uniformly to the N image tokens and the t
+    pieces it sees: an object's share is its patches over N + t, the same in every head."""
+    from vitbert.analysis import checkpoint_source
+    from vitbert.data.cache import CaptionDataset
+    from vitbert.io import load_model
+
+    model, tokenizer = load_model(trained.ckpt)
+    for block in model.text.encoder.blocks:
+        D = block.attn.proj.in_features
+        block.attn.qkv.weight.data[:D] = 0
+        block.attn.qkv.bias.data[:D] = 0
+    source, _ = checkpoint_source(trained.ckpt)
+    dataset = CaptionDataset(source.cache_dir, "test")
+    result = named_object_attention(model.eval(), tokenizer, dataset)  # every picture
+
+    N, named, other = model.num_image_tokens, [], []
+    for row in range(len(dataset)):
+        if len(named) == result["objects"]:
+            break
+        caption = dataset.captions[row]
+        found = list(COLOUR_SHAPE.finditer(caption))
+        if len({m[1] for m in found}) != 2 or len({m[2] for m in found}) != 2:
+            continue
+        for match, rival in zip(found, found[::-1], strict=True):
+            t = len(tokenizer(caption[:match.start(2)] + "[MASK]")["input_ids"]) - 1  # no [SEP]
+            image, stride = dataset[row]["image"], model.image_tower.stride
+            size = {m[1]: colour_patches(image, m[1], stride).sum().item() for m in found}
+            named.append(size[match[1]] / (N + t))
+            other.append(size[rival[1]] / (N + t))
+    assert result["objects"] > 0 and len(named) == result["objects"]
+    for layer in result["layers"]:
+        assert layer["named"] == pytest.approx(np.mean(named), rel=1e-4)
+        assert layer["other"] == pytest.approx(np.mean(other), rel=1e-4)
+        assert layer["head_named"] == pytest.approx(layer["named"], rel=1e-4)
 
 
 @pytest.mark.parametrize("problem", ["mlm_only", "not_shapes"])

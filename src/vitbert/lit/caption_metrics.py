@@ -25,7 +25,8 @@ from torchmetrics.text import BLEUScore
 from vitbert.data.shapes import COLOURS, SHAPES
 
 _WORD = re.compile(r"[a-z0-9]+")
-_COLOUR_SHAPE = re.compile(rf"\b({'|'.join(COLOURS)}) ({'|'.join(SHAPES)})\b")
+# A colour word followed by a shape word: how the shapes captions name an object.
+COLOUR_SHAPE = re.compile(rf"\b({'|'.join(COLOURS)}) ({'|'.join(SHAPES)})\b")
 
 
 def tokenize(text: str) -> list[str]:
@@ -81,10 +82,10 @@ def colours_and_shapes_right(candidate: str, reference: str) -> dict[str, bool] 
     (``colour_shape``), and, to tell which half fails, exactly its colours (``colours``) and its
     shapes (``shapes``), each as a multiset; None when the reference names none (not a shapes
     caption)."""
-    wanted = Counter(_COLOUR_SHAPE.findall(reference.lower()))
+    wanted = Counter(COLOUR_SHAPE.findall(reference.lower()))
     if not wanted:
         return None
-    named = Counter(_COLOUR_SHAPE.findall(candidate.lower()))
+    named = Counter(COLOUR_SHAPE.findall(candidate.lower()))
 
     return {"colour_shape": named == wanted,
             "colours": _count(named, 0) == _count(wanted, 0),
@@ -114,8 +115,8 @@ def object_verdicts(candidate: str, reference: str) -> list[tuple[tuple[str, str
     Exact pairs are matched first, as multisets, so a right object is never also counted as
     another's mistake.
     """
-    wanted = _COLOUR_SHAPE.findall(reference.lower())
-    unmatched = Counter(_COLOUR_SHAPE.findall(candidate.lower()))
+    wanted = COLOUR_SHAPE.findall(reference.lower())
+    unmatched = Counter(COLOUR_SHAPE.findall(candidate.lower()))
     right = []
     for pair in wanted:
         right.append(unmatched[pair] > 0)
