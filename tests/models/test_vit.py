@@ -204,6 +204,16 @@ def test_load_by_timm_name_goes_through_create_model(monkeypatch):
     assert any("pixel mean" in note for note in report.notes)
 
 
+@pytest.mark.parametrize("radius", [None, 2])
+def test_loading_into_a_windowed_tower_says_the_weights_attend_globally(tiny_timm, radius):
+    """The embedded default's window (attention_radius: 2) is not what timm's weights were
+    trained with; a hand-built pretrained config that keeps it is told, not silently changed."""
+    report = load_image_weights(_tiny_tower(attention_radius=radius), tiny_timm.state_dict())
+    noted = [note for note in report.notes if "attention_radius" in note]
+    assert len(noted) == (radius is not None)
+    assert radius is None or "attention_radius=2" in noted[0]
+
+
 @pytest.mark.parametrize("radius", [None, 1])
 def test_local_attention_tower_is_blind_to_far_pixels(radius):
     """Two blocks of 3×3-window attention over a conv stem: a token's view reaches a few patches,

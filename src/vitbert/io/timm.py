@@ -41,6 +41,10 @@ def load_image_weights(tower: ViT, source: str | Path | Mapping[str, Tensor]) ->
     state, name, pretrained_cfg = read_timm_state_dict(source)
     report = transfer_weights(tower, StoredModel(None, to_our_names(state), None, name),
                               strict=True)
+    if tower.attention_radius is not None:  # timm's ViTs were trained with global attention
+        report.notes.append(f"the weights were trained with every patch seeing every patch; "
+                            f"attention_radius={tower.attention_radius} limits each to a window: "
+                            f"set image.attention_radius: null to use them as trained")
     for stat in ("mean", "std"):  # only timm names come with the statistics they were trained on
         expected = pretrained_cfg.get(stat)
         if expected is None:
