@@ -96,6 +96,22 @@ def _progress() -> dict:
     return {"enable_progress_bar": False, "callbacks": [LogProgress(every_seconds=20.0)]}
 
 
+# Model settings the data module fills in at instantiation (the tokenizer's): a checkpoint's
+# differ from the parsed placeholder on every resume, and say nothing the user chose.
+LINKED_FROM_DATA = ("vocab_size", "pad_token_id")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    """{"net": {"image": {"dim": 64}}} → {"net.image.dim": 64}; lists compared as tuples."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = tuple(value) if isinstance(value, list) else value
+    return flat
+
+
 class VitBertCLI(LightningCLI):
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
@@ -136,6 +152,26 @@ class VitBertCLI(LightningCLI):
         parser.link_arguments("data.num_tokens", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI gives a run with ``--ckpt_path`` the model settings stored in the
+        checkpoint, over what the command line and config said. For ``fit`` (a resume) that is
+        right, since the optimizer state is the stored model's, but a setting that silently did
+        nothing misleads: say which were replaced."""
+        subcommand = self.config.get("subcommand")
+        if subcommand != "fit" or not self.config[subcommand].get("ckpt_path"):
+            return super()._parse_ckpt_path()
+        asked = _flat(self.config[subcommand].model.as_dict())
+        super()._parse_ckpt_path()
+        kept = _flat(self.config[subcommand].model.as_dict())
+        replaced = [f"model.{key} {asked[key]!r} (the checkpoint's: {kept[key]!r})"
+                    for key in sorted(asked) if key in kept and asked[key] != kept[key]
+                    and key.rsplit(".", 1)[-1] not in LINKED_FROM_DATA]
+        if replaced:
+            warnings.warn(f"resuming {self.config[subcommand].ckpt_path} with the settings it "
+                          f"was trained with; ignored: {'; '.join(replaced)}. To train with "
+                          f"other settings from its weights, start a new run with "
+                          f"--model.init_from instead of --ckpt_path", stacklevel=2)
 
     def _load_weights_only(self) -> None:
         """``--ckpt_path`` is read with ``torch.load(weights_only=True)``: a checkpoint whose

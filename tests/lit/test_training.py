@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import warnings
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,25 @@ def test_resume_continues_step_count_and_schedule(trained, tmp_path, monkeypatch
     assert lr_resumed == pytest.approx(lr_full)
     a, b = validation_figures(full), validation_figures(resumed)
     assert abs(a["val/loss"] - b["val/loss"]) < 0.15 * a["val/loss"]
+
+
+def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypatch):
+    """A resumed run trains the checkpoint's model (LightningCLI reads its settings back over the
+    command line's): a flag that changed nothing is named, with the way to get what it asked."""
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    last = tmp / "run" / "checkpoints" / "last.ckpt"
+    with pytest.warns(UserWarning, match="resuming") as caught:
+        cli = fit(tmp, "--ckpt_path", str(last), "--model.itm_weight", "1.0", steps=16,
+                  run="resumed")
+    assert cli.model.itm_head is None and cli.model.hparams.itm_weight == 0.0
+    (message,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
+    assert "model.itm_weight 1.0 (the checkpoint's: 0.0)" in message
+    assert "--model.init_from" in message
+    assert "vocab_size" not in message  # filled in from the data on every run, not a choice
+    with warnings.catch_warnings():  # the same command as the run's: nothing to say
+        warnings.filterwarnings("error", message="resuming")
+        fit(tmp, "--ckpt_path", str(last), steps=16, run="resumed")
 
 
 def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
