@@ -52,6 +52,23 @@ def test_caption_figures_with_and_without_the_image():
     assert net.training  # put back as it was
 
 
+def test_ddp_shares_are_put_back_in_order(monkeypatch):
+    """Process r captions images r, r + W, …: the gathered lists interleave back to the order of
+    one process, also when the shares differ in length."""
+    from vitbert.lit import captioning
+
+    items = list("abcdefg")
+    shares = [items[r::3] for r in range(3)]  # ["a","d","g"], ["b","e"], ["c","f"]
+
+    def all_gather_object(out: list, mine: list) -> None:
+        assert mine == shares[1]  # this process's share, as rank 1 would send it
+        out[:] = shares
+
+    monkeypatch.setattr(torch.distributed, "all_gather_object", all_gather_object)
+    assert captioning.gather_in_order(shares[1], 3) == items
+    assert captioning.gather_in_order(items, 1) == items  # one process: nothing to gather
+
+
 def fit(tmp: Path, *extra: str):
     return main(["fit", *TINY_MODEL, *tiny_shapes(tmp / "shapes", num_train=128),
                  "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",

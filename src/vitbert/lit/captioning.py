@@ -5,6 +5,8 @@
 against *all* references of each image, and logs ``{stage}/bleu4``, ``{stage}/cider`` and, on the
 shapes data, ``{stage}/colour_shape`` (the share of captions naming both objects' colours and
 shapes right). The control, suffixed ``_text``, is the caption written from no image at all.
+Under DDP each process writes the captions of every ``world_size``-th image and they are
+gathered, so every process scores the whole sample, and the work is shared.
 It runs only for a model trained with the generation objective (``generation_probability`` > 0);
 an MLM-only run is left exactly as it was.
 """
@@ -65,35 +67,49 @@ class CaptionEvaluation(L.Callback):
                 or pl_module.tokenizer is None):
             return
         figures = caption_figures(pl_module.net, pl_module.tokenizer, datamodule.dataset(split),
-                                  limit, self.batch_size)
+                                  limit, self.batch_size, trainer.global_rank, trainer.world_size)
         pl_module.log_dict({f"{stage}/{name}": value for name, value in figures.items()})
 
 
-def write_captions(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100
-                   ) -> tuple[list[str], str, list[list[str]]]:
+def write_captions(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,
+                   rank: int = 0, world_size: int = 1) -> tuple[list[str], str, list[list[str]]]:
     """Greedy captions of a split's images (a fixed sample of ``limit``), the one caption written
     from no image (the control: with no image every caption is the same greedy sentence), and
-    each image's references."""
+    each image's references. With ``world_size`` > 1 (DDP) this process writes the captions of
+    images ``rank``, ``rank + world_size``, … and every process returns them all, in order."""
     tokens = CaptionTokens.from_tokenizer(tokenizer)
     device = next(net.parameters()).device
     _, firsts, references = images_and_references(dataset, limit)
+    mine = firsts[rank::world_size]
     was_training = net.training
     net.eval()
     captions = []
-    for start in range(0, len(firsts), batch_size):
-        pixels = torch.stack([dataset[i]["image"] for i in firsts[start:start + batch_size]])
+    for start in range(0, len(mine), batch_size):
+        pixels = torch.stack([dataset[i]["image"] for i in mine[start:start + batch_size]])
         captions += [tokenizer.decode(g.token_ids, skip_special_tokens=True)
                      for g in greedy(net, tokens, pixels.to(device))]
     text_only = tokenizer.decode(greedy(net, tokens, None, 1)[0].token_ids,
                                  skip_special_tokens=True)
     net.train(was_training)
-    return captions, text_only, references
+    return gather_in_order(captions, world_size), text_only, references
 
 
-def caption_figures(net, tokenizer, dataset, limit: int | None = None,
-                    batch_size: int = 100) -> dict[str, float]:
-    """BLEU-4, CIDEr-D (and colour_shape) of greedy captions, with the image and without."""
-    captions, text_only, references = write_captions(net, tokenizer, dataset, limit, batch_size)
+def gather_in_order(mine: list, world_size: int) -> list:
+    """Every process's share of a list dealt round-robin (process r holds items r, r + W, …),
+    put back in the original order on every process."""
+    if world_size == 1:
+        return mine
+    shares: list[list] = [[] for _ in range(world_size)]
+    torch.distributed.all_gather_object(shares, mine)
+    return [share[i] for i in range(len(shares[0])) for share in shares if i < len(share)]
+
+
+def caption_figures(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,
+                    rank: int = 0, world_size: int = 1) -> dict[str, float]:
+    """BLEU-4, CIDEr-D (and colour_shape) of greedy captions, with the image and without
+    (``rank`` / ``world_size``: the images shared among DDP processes, :func:`write_captions`)."""
+    captions, text_only, references = write_captions(net, tokenizer, dataset, limit, batch_size,
+                                                     rank, world_size)
     figures = {}
     for suffix, written in (("", captions), ("_text", [text_only] * len(captions))):
         metrics = CaptionMetrics()
