@@ -101,17 +101,6 @@ def _progress() -> dict:
 LINKED_FROM_DATA = ("vocab_size", "pad_token_id")
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-    """{"net": {"image": {"dim": 64}}} → {"net.image.dim": 64}; lists compared as tuples."""
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[prefix + key] = tuple(value) if isinstance(value, list) else value
-    return flat
-
-
 class VitBertCLI(LightningCLI):
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
@@ -152,7 +141,6 @@ class VitBertCLI(LightningCLI):
         parser.link_arguments("data.num_tokens", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
-
     def _parse_ckpt_path(self) -> None:
         """LightningCLI gives a run with ``--ckpt_path`` the model settings stored in the
         checkpoint, over what the command line and config said. For ``fit`` (a resume) that is
@@ -161,9 +149,9 @@ class VitBertCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         if subcommand != "fit" or not self.config[subcommand].get("ckpt_path"):
             return super()._parse_ckpt_path()
-        asked = _flat(self.config[subcommand].model.as_dict())
+        asked = dict(self.config[subcommand].model.items())  # {"net.image.dim": 64, …}
         super()._parse_ckpt_path()
-        kept = _flat(self.config[subcommand].model.as_dict())
+        kept = dict(self.config[subcommand].model.items())
         replaced = [f"model.{key} {asked[key]!r} (the checkpoint's: {kept[key]!r})"
                     for key in sorted(asked) if key in kept and asked[key] != kept[key]
                     and key.rsplit(".", 1)[-1] not in LINKED_FROM_DATA]
