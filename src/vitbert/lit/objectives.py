@@ -21,7 +21,9 @@ picture.
 
 The word detection objective (:func:`word_detection_loss`) asks the image tower alone which
 content words the photo's captions use: a direct signal to the tower, which the MLM reaches only
-through the words' attention. :func:`training_loss` puts the objectives together.
+through the words' attention. It is also asked of copies of some photos with their colour
+channels swapped (:func:`colour_swapped_word_loss`), for the words a colour does not change.
+:func:`training_loss` puts the objectives together.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from vitbert.data.features import (
     batch_image,
     caption_photos,
     image_argument,
+    select_captions,
 )
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
@@ -43,6 +46,13 @@ from vitbert.lit.loss import masked_lm_loss
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
+
+# Words that name a colour: what a swap of the colour channels changes. The shapes data's six and
+# the chromatic ones of Flickr30k's captions; black, white and grey stay (a swap keeps them).
+COLOUR_WORDS = frozenset(("red", "orange", "yellow", "green", "blue", "purple", "pink", "violet",
+                          "brown", "tan", "gold", "silver", "turquoise"))
+# Every order of the red, green and blue channels but the photo's own.
+CHANNEL_ORDERS = torch.tensor([[0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]])
 
 
 def choose_objective(batch: Batch, generation_probability: float, mask_token_id: int
@@ -92,15 +102,22 @@ def original_caption(batch: Batch) -> Tensor:
 def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   mask_token_id: int, itm_head: nn.Module | None = None, itm_weight: float = 0.0,
                   word_head: nn.Module | None = None, word_weight: float = 0.0,
+                  colour_swaps: float = 0.0, colour_word_ids: Tensor | None = None,
                   ) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
     image-text matching loss when ``itm_head`` is given, plus ``word_weight`` times the word
-    detection loss when ``word_head`` is. Without heads the loss is exactly the MLM loss as it
-    always was: nothing else runs and no random number is drawn.
+    detection loss when ``word_head`` is, and times the word detection loss of colour-swapped
+    copies of a ``colour_swaps`` share of the photos (:func:`colour_swapped_word_loss`; not for a
+    batch that carries a frozen tower's output instead of pixels). Without heads the loss is
+    exactly the MLM loss as it always was: nothing else runs and no random number is drawn.
     """
     parts, extra = {}, []
+    if word_head is not None and colour_swaps > 0 and "images" in batch:
+        parts["train/swapped_word_loss"] = colour_swapped_word_loss(
+            net, word_head, batch, colour_swaps, colour_word_ids)
+        extra.append(word_weight * parts["train/swapped_word_loss"])
     if itm_head is not None or word_head is not None:
         batch = with_tower_output(net, batch)
     if itm_head is not None:
@@ -197,5 +214,50 @@ def word_detection_loss(head: nn.Module, batch: Batch) -> Tensor:
     counts.index_put_((rows, caption[content]), torch.ones_like(rows, dtype=counts.dtype),
                       accumulate=True)
     seen = counts.sum(dim=1) > 0  # a photo whose captions hold no content word teaches nothing
+    if not seen.any():
+        return head(tokens).sum() * 0.0  # nothing to learn: zero, with the graph kept for DDP
     target = counts[seen] / counts[seen].sum(dim=1, keepdim=True)  # (P', V)
     return F.cross_entropy(head(tokens[seen]).float(), target)
+
+
+def word_ids(tokenizer, words: frozenset[str]) -> Tensor:
+    """(K,) the ids of those ``words`` that are one piece of the tokenizer's vocabulary."""
+    vocab = tokenizer.get_vocab()
+    return torch.tensor(sorted(vocab[word] for word in words if word in vocab), dtype=torch.long)
+
+
+def swap_colours(images: Tensor) -> Tensor:
+    """Each photo (P, 3, S, S) with its colour channels in another order, drawn per photo from
+    the five that differ from its own: red turns green or blue, yellow turns cyan or magenta;
+    shapes, sizes and places stay, and a grey background stays grey."""
+    draw = torch.randint(len(CHANNEL_ORDERS), (len(images),), device=images.device)
+    order = CHANNEL_ORDERS.to(images.device)[draw]  # (P, 3)
+    return images.gather(1, order[:, :, None, None].expand_as(images))
+
+
+def colour_swapped_word_loss(net: nn.Module, head: nn.Module, batch: Batch, share: float,
+                             colour_word_ids: Tensor) -> Tensor:
+    """Word detection on colour-swapped copies (:func:`swap_colours`) of the first ``share`` of
+    the batch's photos (at least one; the batch's order is shuffled), for the content words
+    of their captions that do not name a colour (``colour_word_ids``). One more tower pass, over
+    those photos only.
+
+    Why: the tower learns what the captions name in the colours training shows it. When a shape
+    comes in some colours only (the shapes data holds six colour-shape pairs out of training),
+    the features that find it are tied to those colours (a "red triangle" detector more than a
+    triangle one), and a blue triangle reads as no shape the words know, or as the shape blue
+    things usually are. On a swapped copy a triangle is green or blue, and only what does not
+    depend on the colour can still name it: the same tower, on the same pixels otherwise, is asked
+    to find shapes apart from their colours (colour jitter for the words that allow it). The
+    copies do show colour-shape pairs that training holds out, as pixels with no word naming
+    their colour. Measured in the README (every photo swapped: the tower's tokens name a new
+    pair's shape as well as a seen pair's).
+    """
+    images = batch["images"]  # (P, 3, S, S)
+    count = max(1, round(share * len(images)))
+    captions = select_captions(batch, caption_photos(batch) < count)  # the captions of those
+    tokens = net.tower_tokens(swap_colours(images[:count]))  # (count, N, D_img)
+    names_a_colour = torch.isin(original_caption(captions), colour_word_ids.to(images.device))
+    colour_free = captions["content_mask"].bool() & ~names_a_colour  # (B', T)
+    return word_detection_loss(head, {**captions, FEATURES_KEY: tokens,
+                                      "content_mask": colour_free})
