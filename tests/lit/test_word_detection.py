@@ -1,5 +1,7 @@
 """Word detection: its targets are each photo's content words, it learns them from the pixels
-alone, it joins the training loss without another tower pass, and it is off unless asked for."""
+alone, it joins the training loss without another tower pass, and it is off unless asked for.
+Its colour-swapped copies: asked for every content word but the colours, they teach a shape
+apart from the colours training showed it in."""
 
 from __future__ import annotations
 
@@ -109,17 +111,25 @@ def test_the_detector_learns_each_photos_colour_from_its_pixels_alone(tok):
     assert (probabilities[:, colour_ids].diagonal() > 0.05).all()
 
 
-def test_the_training_loss_adds_the_weighted_word_loss_with_one_tower_pass(tok):
+@pytest.mark.parametrize("colour_swaps", [0.0, 0.25])
+def test_the_training_loss_adds_the_weighted_word_losses_with_one_tower_pass_each(tok,
+                                                                                 colour_swaps):
     torch.manual_seed(0)
     net, head = VitBert(tiny_config(len(tok))).eval(), WordDetectorHead(32, len(tok))
     batch = MLMCollator(tok)(photo_items())
     sizes = []
     net.image_tower.register_forward_hook(lambda _, args, out: sizes.append(len(args[0])))
     loss, parts = training_loss(net, batch, 0.0, tok.mask_token_id, word_head=head,
-                                word_weight=0.3)
-    assert sizes == [len(PIXELS)], "the MLM pass reuses the tower's output"
-    assert set(parts) == {"train/loss", "train/word_loss"}
-    torch.testing.assert_close(loss, parts["train/loss"] + 0.3 * parts["train/word_loss"])
+                                word_weight=0.3, colour_swaps=colour_swaps,
+                                colour_word_ids=word_ids(tok, COLOUR_WORDS))
+    if colour_swaps:
+        assert sizes == [1, len(PIXELS)], "a quarter of the photos swapped, then the batch's pass"
+        assert set(parts) == {"train/loss", "train/word_loss", "train/swapped_word_loss"}
+    else:
+        assert sizes == [len(PIXELS)], "the MLM pass reuses the tower's output"
+        assert set(parts) == {"train/loss", "train/word_loss"}
+    word_losses = parts["train/word_loss"] + parts.get("train/swapped_word_loss", 0.0)
+    torch.testing.assert_close(loss, parts["train/loss"] + 0.3 * word_losses)
     torch.testing.assert_close(parts["train/loss"], masked_lm_loss(net, batch))
     assert batch[IMAGE_INDEX].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
 
@@ -198,21 +208,6 @@ def test_swapped_copies_are_asked_for_every_content_word_but_the_colours(tok):
         log_p = torch.log_softmax(head(token)[0], dim=-1)
         expected.append(-(counts / counts.sum() * log_p).sum())
     torch.testing.assert_close(loss, torch.stack(expected).mean())
-
-
-def test_the_training_loss_adds_the_swapped_copies_word_loss(tok):
-    torch.manual_seed(0)
-    net, head = VitBert(tiny_config(len(tok))).eval(), WordDetectorHead(32, len(tok))
-    batch = MLMCollator(tok)(photo_items())
-    sizes = []
-    net.image_tower.register_forward_hook(lambda _, args, out: sizes.append(len(args[0])))
-    loss, parts = training_loss(net, batch, 0.0, tok.mask_token_id, word_head=head,
-                                word_weight=0.3, colour_swaps=0.25,
-                                colour_word_ids=word_ids(tok, COLOUR_WORDS))
-    assert sizes == [1, len(PIXELS)], "a quarter of the photos swapped, then the batch's pass"
-    assert set(parts) == {"train/loss", "train/word_loss", "train/swapped_word_loss"}
-    torch.testing.assert_close(loss, parts["train/loss"] + 0.3 * (
-        parts["train/word_loss"] + parts["train/swapped_word_loss"]))
 
 
 def shape_photos(pairs: list[tuple[str, str]], count: int, generator: torch.Generator):

@@ -228,8 +228,9 @@ def word_ids(tokenizer, words: frozenset[str]) -> Tensor:
 
 def swap_colours(images: Tensor) -> Tensor:
     """Each photo (P, 3, S, S) with its colour channels in another order, drawn per photo from
-    the five that differ from its own: red turns green or blue, yellow turns cyan or magenta;
-    shapes, sizes and places stay, and a grey background stays grey."""
+    the five that differ from its own: red turns green or blue, yellow turns cyan or magenta (a
+    colour with two equal channels looks the same under the order that swaps just those); shapes,
+    sizes and places stay, and a grey background stays grey."""
     draw = torch.randint(len(CHANNEL_ORDERS), (len(images),), device=images.device)
     order = CHANNEL_ORDERS.to(images.device)[draw]  # (P, 3)
     return images.gather(1, order[:, :, None, None].expand_as(images))
