@@ -16,7 +16,7 @@ from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import (
     CHANNEL_ORDERS,
-    COLOUR_WORDS,
+    SWAPPED_COLOUR_WORDS,
     colour_swapped_word_loss,
     swap_colours,
     training_loss,
@@ -121,7 +121,7 @@ def test_the_training_loss_adds_the_weighted_word_losses_with_one_tower_pass_eac
     net.image_tower.register_forward_hook(lambda _, args, out: sizes.append(len(args[0])))
     loss, parts = training_loss(net, batch, 0.0, tok.mask_token_id, word_head=head,
                                 word_weight=0.3, colour_swaps=colour_swaps,
-                                colour_word_ids=word_ids(tok, COLOUR_WORDS))
+                                colour_word_ids=word_ids(tok, SWAPPED_COLOUR_WORDS))
     if colour_swaps:
         assert sizes == [1, len(PIXELS)], "a quarter of the photos swapped, then the batch's pass"
         assert set(parts) == {"train/loss", "train/word_loss", "train/swapped_word_loss"}
@@ -189,7 +189,7 @@ def test_swapped_copies_are_asked_for_every_content_word_but_the_colours(tok):
     items = photo_items()
     batch = MLMCollator(tok, mlm_probability=0.5)(items)
     net, head = SortedMeans(), WordDetectorHead(3, len(tok))
-    colours = word_ids(tok, COLOUR_WORDS)
+    colours = word_ids(tok, SWAPPED_COLOUR_WORDS)
     assert sorted(tok.convert_ids_to_tokens(colours.tolist())) == sorted(PIXELS)
     loss = colour_swapped_word_loss(net, head, batch, 0.5, colours)
 
@@ -202,7 +202,7 @@ def test_swapped_copies_are_asked_for_every_content_word_but_the_colours(tok):
         for item in items:
             if item["row"] == row:
                 for word in item["caption"].split():
-                    if word not in STOP_WORDS and word not in COLOUR_WORDS:
+                    if word not in STOP_WORDS and word not in SWAPPED_COLOUR_WORDS:
                         counts[tok.convert_tokens_to_ids(word)] += 1
         token = net.tower_tokens(batch["images"][row : row + 1])
         log_p = torch.log_softmax(head(token)[0], dim=-1)
@@ -247,7 +247,7 @@ def test_swapped_copies_name_a_shape_in_a_colour_training_never_gave_it(colour_s
         loss = word_detection_loss(head, with_tower_output(net, batch))
         if colour_swaps:
             loss = loss + colour_swapped_word_loss(net, head, batch, colour_swaps,
-                                                   word_ids(tok, COLOUR_WORDS))
+                                                   word_ids(tok, SWAPPED_COLOUR_WORDS))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -23,7 +23,7 @@ from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
-from vitbert.lit.objectives import COLOUR_WORDS, itm_loss, training_loss, word_ids
+from vitbert.lit.objectives import SWAPPED_COLOUR_WORDS, itm_loss, training_loss, word_ids
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
 from vitbert.models import ITMHead, VitBert, VitBertConfig, WordDetectorHead
 
@@ -110,10 +110,11 @@ class MaskedLMModule(L.LightningModule):
 
     @property
     def colour_word_ids(self) -> Tensor:
-        """(K,) the ids of the colour names (``COLOUR_WORDS``) in the tokenizer's vocabulary,
-        looked up once per tokenizer: what colour-swapped copies are not asked for."""
+        """(K,) the ids of the colour names a channel swap changes (``SWAPPED_COLOUR_WORDS``) in
+        the tokenizer's vocabulary, looked up once per tokenizer: what swapped copies are not
+        asked for."""
         if self._colour_words is None or self._colour_words[0] is not self.tokenizer:
-            self._colour_words = (self.tokenizer, word_ids(self.tokenizer, COLOUR_WORDS))
+            self._colour_words = (self.tokenizer, word_ids(self.tokenizer, SWAPPED_COLOUR_WORDS))
         return self._colour_words[1]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

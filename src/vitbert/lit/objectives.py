@@ -40,17 +40,15 @@ from vitbert.data.features import (
     image_argument,
     select_captions,
 )
-from vitbert.data.masking import IGNORE_INDEX
+from vitbert.data.masking import ACHROMATIC_WORDS, COLOUR_WORDS, IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
 from vitbert.lit.loss import masked_lm_loss
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
 
-# Words that name a colour: what a swap of the colour channels changes. The shapes data's six and
-# the chromatic ones of Flickr30k's captions; black, white and grey stay (a swap keeps them).
-COLOUR_WORDS = frozenset(("red", "orange", "yellow", "green", "blue", "purple", "pink", "violet",
-                          "brown", "tan", "gold", "silver", "turquoise"))
+# Words that name a colour a swap of the colour channels changes; black, white, grey stay.
+SWAPPED_COLOUR_WORDS = COLOUR_WORDS - ACHROMATIC_WORDS
 # Every order of the red, green and blue channels but the photo's own.
 CHANNEL_ORDERS = torch.tensor([[0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]])
 
