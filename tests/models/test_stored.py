@@ -12,7 +12,7 @@ import torch
 
 from vitbert import io
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
-from vitbert.models import VitBert
+from vitbert.models import PointerConfig, VitBert
 
 CAPTIONS = ["a red circle left of a blue square", "a small green cross above a large diamond"]
 
@@ -91,7 +91,13 @@ def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer, tiny_config)
     assert _tied(target)
 
 
-def test_exported_folder_round_trip_is_bit_identical(tmp_path, model):
+@pytest.mark.parametrize("pointer", [False, True])
+def test_exported_folder_round_trip_is_bit_identical(tmp_path, tiny_config, pointer):
+    words = PointerConfig(("red", "blue"), ("circle", "square")) if pointer else PointerConfig()
+    model = VitBert(tiny_config(pointer=words))
+    if pointer:  # the ids a tokenizer gave it travel with the weights
+        model.pointer.key_ids.copy_(torch.tensor([7, 9]))
+        model.pointer.value_ids.copy_(torch.tensor([11, -1]))
     model.save_pretrained(tmp_path / "a")
     loaded = VitBert.from_pretrained(tmp_path / "a")
     assert loaded.state_dict().keys() == model.state_dict().keys()

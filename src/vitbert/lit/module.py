@@ -77,6 +77,10 @@ class MaskedLMModule(L.LightningModule):
             raise ValueError(f"model.word_detection_colour_swaps is a share of the photos, "
                              f"between 0 and 1; got {word_detection_colour_swaps}")
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
+        if freeze_image_tower and net.pointer.enabled:
+            raise ValueError("model.net.pointer reads the photos' pixels, which a frozen tower's "
+                             "feature cache does not keep: train with model.freeze_image_tower "
+                             "false, or without the pointer (empty key_words)")
         if vocab_size:
             net = dataclasses.replace(net, vocab_size=vocab_size, pad_token_id=pad_token_id)
         if not isinstance(optimizer, OptimizerConfig):  # a checkpoint's plain dict
@@ -101,6 +105,8 @@ class MaskedLMModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
+        if self.net.pointer is not None and self.tokenizer is not None:
+            self.net.pointer.bind(self.tokenizer)  # a checkpoint's own ids, if any, load after
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage != "fit" or resuming:
             return

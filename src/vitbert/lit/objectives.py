@@ -108,16 +108,21 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
     image-text matching loss when ``itm_head`` is given, plus ``word_weight`` times the word
     detection loss when ``word_head`` is, and times the word detection loss of colour-swapped
     copies of a ``colour_swaps`` share of the photos (:func:`colour_swapped_word_loss`; not for a
-    batch that carries a frozen tower's output instead of pixels). Without heads the loss is
-    exactly the MLM loss as it always was: nothing else runs and no random number is drawn.
+    batch that carries a frozen tower's output instead of pixels), plus the word pointer's loss
+    when ``net`` has one (:func:`pointer_loss`). Without heads or pointer the loss is exactly the
+    MLM loss as it always was: nothing else runs and no random number is drawn.
     """
     parts, extra = {}, []
     if word_head is not None and colour_swaps > 0 and "images" in batch:
         parts["train/swapped_word_loss"] = colour_swapped_word_loss(
             net, word_head, batch, colour_swaps, colour_word_ids)
         extra.append(word_weight * parts["train/swapped_word_loss"])
-    if itm_head is not None or word_head is not None:
+    pointer, images = getattr(net, "pointer", None), batch.get("images")
+    if itm_head is not None or word_head is not None or pointer is not None:
         batch = with_tower_output(net, batch)
+    if pointer is not None and images is not None:
+        parts["train/pointer_loss"] = pointer_loss(pointer, batch, images)
+        extra.append(parts["train/pointer_loss"])  # only the pointer's weights: no weight needed
     if itm_head is not None:
         parts["train/itm_loss"], _ = itm_loss(net, itm_head, batch)
         extra.append(itm_weight * parts["train/itm_loss"])
@@ -260,3 +265,33 @@ def colour_swapped_word_loss(net: nn.Module, head: nn.Module, batch: Batch, shar
     colour_free = captions["content_mask"].bool() & ~names_a_colour  # (B', T)
     return word_detection_loss(head, {**captions, FEATURES_KEY: tokens,
                                       "content_mask": colour_free})
+
+
+def pointer_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tensor:
+    """The word pointer's loss (:class:`vitbert.models.pointer.WordPointer`), on the tower's
+    tokens held fixed: it trains the pointer and nothing else.
+
+    Two parts, each the pointer's own: its value detector learns which value words (shapes) each
+    photo's captions use, as :func:`word_detection_loss` teaches the word detector (a photo's
+    captions pooled; the tokens' max); its query and keys learn, from every key word directly
+    followed by a value word in a caption ("red triangle"), to point where reading the value
+    detector gives that value word (negative log-likelihood of ``log Σ_n α_n p_n``, the value
+    detector's ``p_n`` held fixed: the pointer cannot pass by making every patch say the word).
+
+    ``batch`` carries the tower's output (:func:`with_tower_output`); ``images`` are its pixels
+    (P, 3, S, S), one per photo, which the keys read.
+    """
+    tokens = batch[FEATURES_KEY].detach()  # (P, N, D_img)
+    caption = original_caption(batch)  # (B, T)
+    value = pointer.index_of(pointer.value_ids, caption)  # (B, T) index among the value words
+    key = pointer.index_of(pointer.key_ids, caption)  # (B, T) index among the key words, or -1
+    detection = word_detection_loss(pointer.value, {
+        **batch, FEATURES_KEY: tokens, "input_ids": value.clamp(min=0),
+        "labels": torch.full_like(caption, IGNORE_INDEX), "content_mask": value >= 0})
+    grounding = pointer.read(images, tokens)  # over the P photos
+    row, col = ((key[:, :-1] >= 0) & (value[:, 1:] >= 0)).nonzero(as_tuple=True)  # (M,) pairs
+    if len(row) == 0:  # no caption names a key word's value: zero, with the graph kept for DDP
+        return detection + 0.0 * (grounding.keys.sum() + pointer.query.weight.sum())
+    photo = caption_photos(batch)[row]  # (M,)
+    log_p = pointer(key[row, col], grounding.keys[photo], grounding.values[photo].detach())
+    return detection + F.nll_loss(log_p, value[row, col + 1])  # (M, W) against (M,)

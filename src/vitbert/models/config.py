@@ -92,6 +92,30 @@ class TextTowerConfig(TowerConfig):
 
 
 @dataclass
+class PointerConfig:
+    """The word pointer (:class:`vitbert.models.pointer.WordPointer`): after a *key* word (a
+    colour), which *value* word (what has that colour) comes next is read from the patches the key
+    word points at. Off (no pointer, no weights) while either list is empty."""
+
+    key_words: tuple[str, ...] = ()
+    """Words that point at a region of the photo by its pixels: colour names."""
+    value_words: tuple[str, ...] = ()
+    """Words read from the region pointed at, when the text says one of them comes next."""
+    dim: int = 32
+    """Width of the pointer's queries and keys."""
+    hidden_dim: int = 64
+    """Hidden width of the MLP that turns a patch's pixels into its key."""
+
+    def __post_init__(self) -> None:
+        self.key_words = tuple(self.key_words)
+        self.value_words = tuple(self.value_words)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.key_words and self.value_words)
+
+
+@dataclass
 class VitBertConfig:
     """Both towers, the vocabulary, and how the image reaches the text (1 pooled or all patches)."""
 
@@ -107,6 +131,8 @@ class VitBertConfig:
     """What of the image reaches the text: one pooled vector, or every patch token."""
     projector_norm: bool = False
     """LayerNorm the projected image tokens before they join the words."""
+    pointer: PointerConfig = field(default_factory=PointerConfig)
+    """The word pointer for writing captions; off unless it has key and value words."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -114,6 +140,10 @@ class VitBertConfig:
             self.image = ImageTowerConfig(**self.image)
         if isinstance(self.text, dict):
             self.text = TextTowerConfig(**self.text)
+        if isinstance(self.pointer, dict):
+            self.pointer = PointerConfig(**self.pointer)
+        if self.pointer.enabled and self.image_tokens != "patches":
+            raise ValueError("the word pointer points at patches: it needs image_tokens='patches'")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples stay tuples; ``json`` writes them as lists)."""
@@ -124,12 +154,14 @@ class VitBertConfig:
         """Inverse of :meth:`to_dict`; lists where tuples are expected are fine.
 
         A stored image tower without ``attention_radius`` predates local attention: it attended
-        globally, and loads so.
+        globally, and loads so. A stored model without ``pointer`` predates the word pointer: it
+        loads without one.
         """
         d = dict(d)
         image = ImageTowerConfig(**{"attention_radius": None, **d.pop("image", {})})
         text = TextTowerConfig(**d.pop("text", {}))
-        return cls(image=image, text=text, **d)
+        pointer = PointerConfig(**d.pop("pointer", {"key_words": (), "value_words": ()}))
+        return cls(image=image, text=text, pointer=pointer, **d)
 
 
 def _flickr30k() -> VitBertConfig:

@@ -1,0 +1,129 @@
+"""The word pointer: after a colour, the word for the thing of that colour, read where it is.
+
+A caption names an object by its attributes and its kind: "a small *red triangle*". A text head
+that writes the next word from the encoder's row must bind "red" to the region that is red and
+read that region's kind, across the attention of every layer; in the embedded default it often
+reads the kind of the other object, or the kind red things usually have in training. The pointer
+does the binding directly, as the visual-word slots of Neural Baby Talk (Lu et al. 2018) and the
+copy step of pointer-generator networks (See et al. 2017) do:
+
+    key word k (a colour) ─ query q_k (d,) ─┐
+    photo ─ pixels of each patch (N, 3·p·p) ─ MLP ─ keys (N, d) ─┴─ α = softmax(keys · q_k) (N,)
+    tower tokens (N, D_img) ─ value detector ─ log p_n(w) over the value words (N, W)
+    p(w | k, photo) = Σ_n α_n p_n(w)
+
+The keys are the patches' *pixels*, not the tower's tokens: a colour word names what the pixels
+show, and a key that cannot mix patches cannot point at the wrong object. The value detector is
+a word detector (:class:`WordDetectorHead`, max over the tokens) of the value words alone, read
+per token at writing time. Both learn from the captions
+(:func:`vitbert.lit.objectives.pointer_loss`) on the tower's tokens held fixed, so the pointer
+never changes what the rest of the model learns.
+
+Writing a caption (:mod:`vitbert.decoding.generate`), after a key word the text head still says
+*whether* a value word comes next (its probability mass on the value words); the pointer says
+*which* (:meth:`WordPointer.next_word`). Every other step is the text head's alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from vitbert.models.config import PointerConfig
+from vitbert.models.heads import WordDetectorHead
+
+MISSING = -1  # the id of a key or value word that is not one piece of the vocabulary
+
+
+@dataclass
+class Grounding:
+    """What the pointer reads from R photos, once per caption written: each patch's key
+    (R, N, d) and each patch's value words' log-probabilities (R, N, W)."""
+
+    keys: Tensor
+    values: Tensor
+
+    def select(self, index: Tensor) -> Grounding:
+        """The rows ``index`` (R',), in that order (beams that survive)."""
+        return Grounding(self.keys[index], self.values[index])
+
+
+def patch_pixels(images: Tensor, side: int) -> Tensor:
+    """uint8 [0, 255] or float [0, 1] pixels (B, C, S, S) → each patch's pixels (B, N, C·side²),
+    patches in row-major order, as the tower's tokens are."""
+    x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+    B, C, S, _ = x.shape
+    g = S // side
+    x = x.reshape(B, C, g, side, g, side).permute(0, 2, 4, 1, 3, 5)  # (B, g, g, C, side, side)
+    return x.reshape(B, g * g, C * side * side)
+
+
+class WordPointer(nn.Module):
+    """Which value word follows a key word, from the patches the key word points at.
+
+    The word ids live in buffers (saved with the weights): :meth:`bind` looks them up in a
+    tokenizer when training starts; a word that is not one piece of it is never pointed from or
+    to (id :data:`MISSING`).
+    """
+
+    def __init__(self, config: PointerConfig, image_dim: int, image_size: int, grid: int,
+                 in_chans: int = 3) -> None:
+        super().__init__()
+        self.config = config
+        self.patch_side = image_size // grid
+        self.register_buffer("key_ids", torch.full((len(config.key_words),), MISSING))
+        self.register_buffer("value_ids", torch.full((len(config.value_words),), MISSING))
+        self.query = nn.Embedding(len(config.key_words), config.dim)
+        self.key = nn.Sequential(nn.Linear(in_chans * self.patch_side**2, config.hidden_dim),
+                                 nn.GELU(), nn.Linear(config.hidden_dim, config.dim))
+        self.value = WordDetectorHead(image_dim, len(config.value_words))
+
+    def bind(self, tokenizer) -> None:
+        """Look the key and value words up in ``tokenizer``; raise if none of either is there."""
+        vocab = tokenizer.get_vocab()
+        for name, words in (("key_ids", self.config.key_words),
+                            ("value_ids", self.config.value_words)):
+            ids = [vocab.get(word, MISSING) for word in words]
+            if all(i == MISSING for i in ids):
+                kind = name.removesuffix("_ids")
+                raise ValueError(f"model.net.pointer.{kind}_words: none of {list(words)} is a "
+                                 "word of the tokenizer's vocabulary; name words the captions "
+                                 "use, or leave the list empty to train without the pointer")
+            getattr(self, name).copy_(torch.tensor(ids))
+
+    @staticmethod
+    def index_of(ids: Tensor, words: Tensor) -> Tensor:
+        """Each piece of ``words`` (any shape) as its index in ``ids`` (K,), or -1 if absent."""
+        match = words[..., None] == ids  # (..., K)
+        return torch.where(match.any(-1), match.float().argmax(-1), -1)
+
+    def read(self, images: Tensor, tokens: Tensor) -> Grounding:
+        """Pixels (R, C, S, S) and the tower's tokens (R, N, D_img) → their :class:`Grounding`."""
+        keys = self.key(patch_pixels(images, self.patch_side))  # (R, N, d)
+        values = self.value.classifier(tokens.to(self.value.classifier.weight.dtype))  # (R, N, W)
+        return Grounding(keys, values.float().log_softmax(dim=-1))
+
+    def forward(self, key_index: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+        """key_index (M,) into the key words; keys (M, N, d); values (M, N, W) log-probabilities
+        → (M, W) log p(value word | key word, photo) = log Σ_n α_n p_n."""
+        scores = torch.einsum("md,mnd->mn", self.query(key_index), keys) / math.sqrt(keys.shape[-1])
+        return torch.logsumexp(scores.log_softmax(dim=-1)[..., None] + values, dim=1)
+
+    def next_word(self, log_probs: Tensor, last: Tensor, grounding: Grounding) -> Tensor:
+        """The text head's next-piece log-probabilities (R, V), with the value words re-shared by
+        the pointer in the rows whose ``last`` piece (R,) is a key word: p(w) = p_text(any value
+        word) · p_pointer(w). Other rows, and every other piece, are left as they are."""
+        key_index = self.index_of(self.key_ids, last)  # (R,)
+        after_key = key_index >= 0
+        if not after_key.any():
+            return log_probs
+        present = self.value_ids != MISSING  # (W,)
+        ids = self.value_ids[present]
+        pointed = self(key_index.clamp(min=0), grounding.keys, grounding.values)  # (R, W)
+        pointed = pointed[:, present].log_softmax(dim=-1)  # over the words the vocabulary has
+        mass = log_probs[:, ids].logsumexp(dim=-1, keepdim=True)  # (R, 1)
+        grounded = log_probs.index_copy(1, ids, mass + pointed)
+        return torch.where(after_key[:, None], grounded, log_probs)

@@ -1,0 +1,208 @@
+"""The word pointer: patches in the tower's order, the by-hand attention sum, the next-word
+re-share after a key word only, the word lookup, its config, and its loss: it learns to read the
+shape of the object a colour names, for colour-shape pairs it never saw together too."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitbert.data.features import FEATURES_KEY
+from vitbert.data.masking import IGNORE_INDEX
+from vitbert.data.tokenizer import train_wordpiece
+from vitbert.lit.module import MaskedLMModule
+from vitbert.lit.objectives import pointer_loss, training_loss
+from vitbert.models import PointerConfig, VitBert, VitBertConfig
+from vitbert.models.pointer import MISSING, Grounding, WordPointer, patch_pixels
+
+COLOURS = ("red", "green", "blue")
+SHAPES = ("circle", "square", "triangle")
+PIXELS = torch.tensor([(230, 20, 20), (20, 200, 20), (20, 20, 230)], dtype=torch.uint8)
+CLS, SEP, AND = 1, 2, 11
+KEY_IDS, VALUE_IDS = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
+
+
+def make_pointer(image_dim: int = 8, image_size: int = 16, grid: int = 4) -> WordPointer:
+    pointer = WordPointer(PointerConfig(COLOURS, SHAPES, dim=16, hidden_dim=32), image_dim,
+                          image_size, grid)
+    pointer.key_ids.copy_(KEY_IDS)
+    pointer.value_ids.copy_(VALUE_IDS)
+    return pointer
+
+
+def test_patch_pixels_are_the_patches_in_the_towers_row_major_order():
+    images = torch.zeros(2, 3, 16, 16, dtype=torch.uint8)
+    for row in range(4):
+        for col in range(4):
+            images[:, :, 4 * row:4 * row + 4, 4 * col:4 * col + 4] = 10 * row + col
+    images[1, 2] = 255  # the second photo's blue channel
+    patches = patch_pixels(images, side=4)  # (2, 16, 48)
+    assert patches.shape == (2, 16, 48)
+    expected = torch.arange(16).div(4, rounding_mode="floor") * 10 + torch.arange(16) % 4
+    assert torch.allclose(patches[0] * 255, expected[:, None].float().expand(16, 48))
+    assert (patches[1, :, 32:] == 1.0).all()  # channel-major within a patch: blue last
+    assert torch.equal(patch_pixels(images.float() / 255, side=4), patches)  # floats read as is
+
+
+def test_the_pointer_is_the_attention_weighted_mixture_of_the_patches_word_probabilities():
+    torch.manual_seed(0)
+    pointer = make_pointer()
+    key_index = torch.tensor([0, 2, 1])
+    keys = torch.randn(3, 16, 16)
+    values = torch.randn(3, 16, 3).log_softmax(-1)
+    got = pointer(key_index, keys, values)  # (3, 3)
+    query = pointer.query.weight[key_index]  # (3, 16)
+    alpha = torch.softmax((keys @ query[:, :, None]).squeeze(-1) / math.sqrt(16), dim=-1)
+    by_hand = torch.log((alpha[:, :, None] * values.exp()).sum(dim=1))
+    assert torch.allclose(got, by_hand, atol=1e-5)
+    assert torch.allclose(got.exp().sum(-1), torch.ones(3), atol=1e-5)  # a distribution
+
+
+def test_after_a_key_word_the_text_says_whether_a_value_word_comes_and_the_pointer_which():
+    torch.manual_seed(0)
+    pointer = make_pointer()
+    pointer.value_ids[2] = MISSING  # "triangle" is no piece of this vocabulary
+    log_probs = torch.randn(4, 20).log_softmax(-1)  # (R, V) the text head's
+    last = torch.tensor([5, 11, 7, 8])  # red, "and", blue, circle: rows 0 and 2 follow a key
+    grounding = Grounding(torch.randn(4, 16, 16), torch.randn(4, 16, 3).log_softmax(-1))
+    out = pointer.next_word(log_probs, last, grounding)
+    assert torch.equal(out[[1, 3]], log_probs[[1, 3]])  # no key word before: untouched
+    others = torch.ones(20, dtype=torch.bool)
+    others[[8, 9]] = False
+    assert torch.equal(out[[0, 2]][:, others], log_probs[[0, 2]][:, others])
+    # The text's mass on the value words stays theirs, shared as the pointer says.
+    present = pointer(torch.tensor([0, 2]), grounding.keys[[0, 2]],
+                      grounding.values[[0, 2]])[:, :2].log_softmax(-1)  # circle, square
+    mass = log_probs[[0, 2]][:, [8, 9]].logsumexp(-1, keepdim=True)
+    assert torch.allclose(out[[0, 2]][:, [8, 9]], mass + present, atol=1e-6)
+    assert torch.allclose(out.exp().sum(-1), torch.ones(4), atol=1e-5)
+
+
+def test_bind_looks_the_words_up_and_refuses_a_vocabulary_with_none_of_them():
+    tokenizer = train_wordpiece(["a red circle and a green square"] * 3, vocab_size=100,
+                                min_frequency=1)
+    pointer = make_pointer()
+    pointer.bind(tokenizer)
+    vocab = tokenizer.get_vocab()
+    assert pointer.key_ids.tolist() == [vocab["red"], vocab["green"], MISSING]
+    assert pointer.value_ids.tolist() == [vocab["circle"], vocab["square"], MISSING]
+    other = train_wordpiece(["a dog runs on grass"] * 3, vocab_size=100, min_frequency=1)
+    with pytest.raises(ValueError, match=r"model\.net\.pointer\.key_words: none of"):
+        pointer.bind(other)
+
+
+def test_the_config_turns_the_pointer_on_and_old_models_load_without_one(tiny_config):
+    config = tiny_config(pointer=PointerConfig(COLOURS, SHAPES))
+    net = VitBert(config)
+    assert net.pointer is not None and net.pointer.patch_side == 8  # 16 px, a 2×2 grid
+    assert VitBertConfig.from_dict(config.to_dict()) == config
+    stored = config.to_dict()
+    del stored["pointer"]  # written before the pointer existed
+    assert not VitBertConfig.from_dict(stored).pointer.enabled
+    assert VitBert(tiny_config()).pointer is None  # off unless it has words
+    with pytest.raises(ValueError, match="image_tokens='patches'"):
+        VitBertConfig(image_tokens="pooled", pointer=PointerConfig(COLOURS, SHAPES))
+
+
+def two_object_batch(count: int, generator: torch.Generator, held_out=()):
+    """``count`` 16×16 photos of two objects of different colours in two of the 4×4 patches,
+    each caption "[CLS] c1 s1 and c2 s2 [SEP]". The tower's tokens are stand-ins that know the
+    shape and not the colour: one-hot shape (8 wide) at an object's patch, zero elsewhere; the
+    pixels know the colour and not the shape. Colour-shape pairs in ``held_out`` never occur.
+    Returns the batch, and each photo's objects as (patch, colour, shape) rows (count, 2, 3)."""
+    images = torch.full((count, 3, 16, 16), 128, dtype=torch.uint8)
+    tokens = torch.zeros(count, 16, 8)
+    captions, objects = [], []
+    for b in range(count):
+        patches = torch.randperm(16, generator=generator)[:2]
+        colours = torch.randperm(3, generator=generator)[:2]
+        shapes = torch.randint(3, (2,), generator=generator)
+        while any((int(c), int(s)) in held_out for c, s in zip(colours, shapes, strict=True)):
+            shapes = torch.randint(3, (2,), generator=generator)
+        row = [CLS]
+        for i, (p, c, s) in enumerate(zip(patches, colours, shapes, strict=True)):
+            y, x = divmod(int(p), 4)
+            images[b, :, 4 * y:4 * y + 4, 4 * x:4 * x + 4] = PIXELS[c][:, None, None]
+            tokens[b, p, s] = 1.0
+            row += ([AND] if i else []) + [int(KEY_IDS[c]), int(VALUE_IDS[s])]
+        captions.append([*row, SEP])
+        objects.append([[int(p), int(c), int(s)] for p, c, s in zip(patches, colours, shapes,
+                                                                      strict=True)])
+    input_ids = torch.tensor(captions)
+    batch = {"input_ids": input_ids, "labels": torch.full_like(input_ids, IGNORE_INDEX),
+             "attention_mask": torch.ones_like(input_ids, dtype=torch.bool),
+             "content_mask": input_ids >= 5, FEATURES_KEY: tokens}
+    return batch, images, torch.tensor(objects)
+
+
+def pointer_accuracy(pointer: WordPointer, images, tokens, objects) -> float:
+    """How often the pointer names the shape of the object of each colour in the photo."""
+    with torch.no_grad():
+        grounding = pointer.read(images, tokens)
+        photo = torch.arange(len(images)).repeat_interleave(2)
+        colour, shape = objects[:, :, 1].flatten(), objects[:, :, 2].flatten()
+        guess = pointer(colour, grounding.keys[photo], grounding.values[photo]).argmax(-1)
+    return (guess == shape).float().mean().item()
+
+
+def test_the_pointer_loss_teaches_the_shape_of_the_object_a_colour_names_in_new_pairs_too():
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    held_out = {(0, 2), (1, 0), (2, 1)}  # no red triangle, green circle, blue square
+    pointer = make_pointer()
+    test_batch, test_images, test_objects = two_object_batch(300, generator)
+    new = torch.tensor([[(int(c), int(s)) in held_out for _, c, s in photo]
+                        for photo in test_objects.tolist()])
+    before = pointer_accuracy(pointer, test_images, test_batch[FEATURES_KEY], test_objects)
+    optimizer = torch.optim.Adam(pointer.parameters(), lr=1e-2)
+    for _ in range(250):
+        batch, images, _ = two_object_batch(32, generator, held_out)
+        loss = pointer_loss(pointer, batch, images)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    after = pointer_accuracy(pointer, test_images, test_batch[FEATURES_KEY], test_objects)
+    # The objects of the held-out pairs alone.
+    keep = new.any(-1)
+    held = pointer_accuracy(pointer, test_images[keep], test_batch[FEATURES_KEY][keep],
+                            test_objects[keep])
+    assert before < 0.6 < 0.95 < after
+    assert held > 0.9  # the keys read colour, the values shape: any pair binds
+
+
+def test_the_pointer_loss_moves_the_pointer_alone_and_joins_the_training_loss(tiny_config):
+    torch.manual_seed(0)
+    net = VitBert(tiny_config(pointer=PointerConfig(COLOURS, SHAPES)))
+    net.pointer.key_ids.copy_(KEY_IDS)
+    net.pointer.value_ids.copy_(VALUE_IDS)
+    batch, images, _ = two_object_batch(6, torch.Generator().manual_seed(1))
+    batch.pop(FEATURES_KEY)
+    images = F.interpolate(images.float(), size=16).to(torch.uint8)  # the tiny tower's 16 px
+    batch["images"] = images
+    batch["labels"][:, 2] = batch["input_ids"][:, 2]  # the first shape: the MLM's one target
+    batch["input_ids"][:, 2] = 4
+    loss, parts = training_loss(net, batch, 0.0, mask_token_id=4)
+    assert set(parts) == {"train/loss", "train/pointer_loss"}
+    assert torch.allclose(loss, parts["train/loss"] + parts["train/pointer_loss"])
+    net.zero_grad()
+    parts["train/pointer_loss"].backward()
+    grads = {name: p.grad for name, p in net.named_parameters()}
+    assert all(grads[name] is None for name in grads if not name.startswith("pointer."))
+    assert all(grads[name] is not None and grads[name].abs().sum() > 0
+               for name in grads if name.startswith("pointer."))
+
+
+def test_the_module_binds_the_words_to_its_tokenizer_and_refuses_a_frozen_tower():
+    config = VitBertConfig(pointer=PointerConfig(COLOURS, SHAPES))
+    with pytest.raises(ValueError, match="frozen tower's feature cache"):
+        MaskedLMModule(net=config, freeze_image_tower=True)
+    module = MaskedLMModule(net=config)
+    module.tokenizer = train_wordpiece(["a red circle and a blue triangle"] * 3, vocab_size=100,
+                                       min_frequency=1)
+    module.setup("validate")
+    vocab = module.tokenizer.get_vocab()
+    assert module.net.pointer.key_ids.tolist() == [vocab["red"], MISSING, vocab["blue"]]
+    assert module.net.pointer.value_ids.tolist() == [vocab["circle"], MISSING, vocab["triangle"]]
