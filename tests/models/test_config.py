@@ -61,3 +61,12 @@ def test_a_stored_config_from_before_local_attention_loads_as_global():
     assert VitBertConfig.from_dict(stored).image.attention_radius is None
     with pytest.raises(ValueError, match="attention_radius=-1"):
         ImageTowerConfig(attention_radius=-1)
+
+
+def test_the_default_pointer_names_the_shapes_datas_colours_and_shapes():
+    from vitbert.data.shapes import COLOURS, SHAPES
+
+    pointer = preset("default").pointer
+    assert pointer.key_words == tuple(COLOURS) and pointer.value_words == SHAPES
+    assert not VitBertConfig().pointer.enabled  # the bare dataclass: no pointer
+    assert all(not preset(name).pointer.enabled for name in PRESETS if name != "default")

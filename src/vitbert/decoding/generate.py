@@ -99,7 +99,7 @@ class _NextWord:
         log_probs = self._text_head(written)
         if self.grounding is None:
             return log_probs
-        return self.model.pointer.next_word(log_probs, written[:, -1], self.grounding)
+        return self.model.pointer.next_word(log_probs, written, self.grounding)
 
     def _text_head(self, written: Tensor) -> Tensor:
         """The text head's (R, V) log-probabilities of piece t + 1 after ``written`` (R, t)."""

@@ -21,7 +21,9 @@ never changes what the rest of the model learns.
 
 Writing a caption (:mod:`vitbert.decoding.generate`), after a key word the text head still says
 *whether* a value word comes next (its probability mass on the value words); the pointer says
-*which* (:meth:`WordPointer.next_word`). Every other step is the text head's alone.
+*which* (:meth:`WordPointer.next_word`). Every other step is the text head's alone. The patches a
+value word was read from are then covered, and later pointing avoids them (the coverage of See et
+al. 2017): a colour names two objects when both have it, and each must be named once.
 """
 
 from __future__ import annotations
@@ -41,14 +43,16 @@ MISSING = -1  # the id of a key or value word that is not one piece of the vocab
 @dataclass
 class Grounding:
     """What the pointer reads from R photos, once per caption written: each patch's key
-    (R, N, d) and each patch's value words' log-probabilities (R, N, W)."""
+    (R, N, d) and each patch's value words' log-probabilities (R, N, W); and, as the caption is
+    written, how much of each patch the value words written so far were read from (R, N)."""
 
     keys: Tensor
     values: Tensor
+    covered: Tensor
 
     def select(self, index: Tensor) -> Grounding:
         """The rows ``index`` (R',), in that order (beams that survive)."""
-        return Grounding(self.keys[index], self.values[index])
+        return Grounding(self.keys[index], self.values[index], self.covered[index])
 
 
 def patch_pixels(images: Tensor, side: int) -> Tensor:
@@ -81,18 +85,16 @@ class WordPointer(nn.Module):
                                  nn.GELU(), nn.Linear(config.hidden_dim, config.dim))
         self.value = WordDetectorHead(image_dim, len(config.value_words))
 
-    def bind(self, tokenizer) -> None:
-        """Look the key and value words up in ``tokenizer``; raise if none of either is there."""
+    def bind(self, tokenizer) -> list[str]:
+        """Look the key and value words up in ``tokenizer``; return those it lacks (as one
+        piece), which the pointer will never point from or to."""
         vocab = tokenizer.get_vocab()
-        for name, words in (("key_ids", self.config.key_words),
-                            ("value_ids", self.config.value_words)):
-            ids = [vocab.get(word, MISSING) for word in words]
-            if all(i == MISSING for i in ids):
-                kind = name.removesuffix("_ids")
-                raise ValueError(f"model.net.pointer.{kind}_words: none of {list(words)} is a "
-                                 "word of the tokenizer's vocabulary; name words the captions "
-                                 "use, or leave the list empty to train without the pointer")
-            getattr(self, name).copy_(torch.tensor(ids))
+        missing = []
+        for ids, words in ((self.key_ids, self.config.key_words),
+                           (self.value_ids, self.config.value_words)):
+            ids.copy_(torch.tensor([vocab.get(word, MISSING) for word in words]))
+            missing += [word for word in words if word not in vocab]
+        return missing
 
     @staticmethod
     def index_of(ids: Tensor, words: Tensor) -> Tensor:
@@ -101,29 +103,64 @@ class WordPointer(nn.Module):
         return torch.where(match.any(-1), match.float().argmax(-1), -1)
 
     def read(self, images: Tensor, tokens: Tensor) -> Grounding:
-        """Pixels (R, C, S, S) and the tower's tokens (R, N, D_img) → their :class:`Grounding`."""
+        """Pixels (R, C, S, S) and the tower's tokens (R, N, D_img) → their :class:`Grounding`,
+        nothing covered yet."""
         keys = self.key(patch_pixels(images, self.patch_side))  # (R, N, d)
         values = self.value.classifier(tokens.to(self.value.classifier.weight.dtype))  # (R, N, W)
-        return Grounding(keys, values.float().log_softmax(dim=-1))
+        return Grounding(keys, values.float().log_softmax(dim=-1), keys.new_zeros(keys.shape[:2]))
 
-    def forward(self, key_index: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+    def attention(self, key_index: Tensor, keys: Tensor, covered: Tensor | None = None) -> Tensor:
+        """(M, N) log α: where key word ``key_index`` (M,) points among the patches' ``keys``
+        (M, N, d), away from the ``covered`` share of each patch (M, N) when given."""
+        scores = torch.einsum("md,mnd->mn", self.query(key_index), keys) / math.sqrt(keys.shape[-1])
+        if covered is not None:
+            scores = scores + torch.log1p(-covered.clamp(max=1.0 - 1e-6))
+        return scores.float().log_softmax(dim=-1)
+
+    def forward(self, key_index: Tensor, keys: Tensor, values: Tensor,
+                covered: Tensor | None = None) -> Tensor:
         """key_index (M,) into the key words; keys (M, N, d); values (M, N, W) log-probabilities
         → (M, W) log p(value word | key word, photo) = log Σ_n α_n p_n."""
-        scores = torch.einsum("md,mnd->mn", self.query(key_index), keys) / math.sqrt(keys.shape[-1])
-        return torch.logsumexp(scores.log_softmax(dim=-1)[..., None] + values, dim=1)
+        log_alpha = self.attention(key_index, keys, covered)  # (M, N)
+        return torch.logsumexp(log_alpha[..., None] + values, dim=1)
 
-    def next_word(self, log_probs: Tensor, last: Tensor, grounding: Grounding) -> Tensor:
-        """The text head's next-piece log-probabilities (R, V), with the value words re-shared by
-        the pointer in the rows whose ``last`` piece (R,) is a key word: p(w) = p_text(any value
-        word) · p_pointer(w). Other rows, and every other piece, are left as they are."""
-        key_index = self.index_of(self.key_ids, last)  # (R,)
+    def next_word(self, log_probs: Tensor, written: Tensor, grounding: Grounding) -> Tensor:
+        """The text head's next-piece log-probabilities (R, V) after ``written`` (R, t), with the
+        value words re-shared by the pointer in the rows whose last piece is a key word: p(w) =
+        p_text(any value word) · p_pointer(w). Other rows, and every other piece, are left as
+        they are.
+
+        An object is named once: when the last two pieces are a key word and a value word, the
+        patches that value was read from (α_n p_n(value), normalised) are added to
+        ``grounding.covered``, and later pointing avoids them. Two objects of one colour would
+        otherwise get the same shape twice: the colour points at both.
+        """
+        if written.shape[1] >= 2:
+            self._cover(written[:, -2], written[:, -1], grounding)
+        key_index = self.index_of(self.key_ids, written[:, -1])  # (R,)
         after_key = key_index >= 0
         if not after_key.any():
             return log_probs
         present = self.value_ids != MISSING  # (W,)
         ids = self.value_ids[present]
-        pointed = self(key_index.clamp(min=0), grounding.keys, grounding.values)  # (R, W)
+        pointed = self(key_index.clamp(min=0), grounding.keys, grounding.values,
+                       grounding.covered)  # (R, W)
         pointed = pointed[:, present].log_softmax(dim=-1)  # over the words the vocabulary has
         mass = log_probs[:, ids].logsumexp(dim=-1, keepdim=True)  # (R, 1)
         grounded = log_probs.index_copy(1, ids, mass + pointed)
         return torch.where(after_key[:, None], grounded, log_probs)
+
+    def _cover(self, before: Tensor, last: Tensor, grounding: Grounding) -> None:
+        """Add to ``grounding.covered`` the patches a (key, value) pair just written, ``before``
+        and ``last`` (R,), was read from; rows without such a pair are left as they are."""
+        key_index = self.index_of(self.key_ids, before)  # (R,)
+        value_index = self.index_of(self.value_ids, last)  # (R,)
+        named = (key_index >= 0) & (value_index >= 0)
+        if not named.any():
+            return
+        log_alpha = self.attention(key_index.clamp(min=0), grounding.keys, grounding.covered)
+        read = grounding.values.gather(2, value_index.clamp(min=0)[:, None, None].expand(
+            -1, grounding.values.shape[1], 1)).squeeze(-1)  # (R, N) log p_n(value)
+        source = (log_alpha + read).softmax(dim=-1)  # (R, N): where the value was read from
+        covered = (grounding.covered + source).clamp(max=1.0)
+        grounding.covered = torch.where(named[:, None], covered, grounding.covered)
