@@ -175,7 +175,7 @@ SHAPES_POINTER = PointerConfig(
 
 def _default() -> VitBertConfig:
     """The embedded default: the dataclass defaults, and the word pointer for the shapes' words."""
-    return VitBertConfig(pointer=SHAPES_POINTER)
+    return VitBertConfig(pointer=dataclasses.replace(SHAPES_POINTER))  # a copy of its own
 
 
 def _flickr30k() -> VitBertConfig:
