@@ -102,3 +102,16 @@ def test_fit_help_explains_every_architecture_setting(fit_parser):
     for name, doc in _documented_fields(VitBertConfig()):
         assert f"--model.net.{name} " in text, name
         assert " ".join(doc.split()[:4]) in text, (name, doc)
+
+
+@pytest.mark.parametrize("name", ["flickr30k", "flickr30k_hybrid", "flickr30k_patches",
+                                  "flickr_small"])
+def test_the_photo_configs_build_no_word_pointer(name):
+    """The default's pointer names the shapes' words; a photo config must say it has none, or
+    the parser's default would give it that one (for a pooled model, an error at start)."""
+    args = ["fit", "--config", str(DEFAULT_CONFIG.parent / f"{name}.yaml")]
+    with pytest.raises(_ParsersBuiltError) as stopped:
+        _cli(args, cli_class=_ParsersOnly)
+    parsed = stopped.value.cli.parser.parse_args(args)  # as train.py parses: the main parser
+    pointer = parsed.fit.model.net.pointer
+    assert not pointer.key_words and not pointer.value_words

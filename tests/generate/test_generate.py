@@ -19,7 +19,7 @@ TOKENS = CaptionTokens(cls=2, sep=3, mask=4, banned=(0, 1, 2, 4))
 def random_model(pointer: bool = False) -> VitBert:
     """A tiny model with large random weights: pieces that depend on the image and on the words
     written, not a near-uniform guess; a [SEP] bias that ends captions at different lengths.
-    With ``pointer``, a word pointer whose key words (pieces 5-14) are most pieces written."""
+    With ``pointer``, a word pointer: key words are pieces 5-14, value words pieces 15-22."""
     image = ImageTowerConfig(kind="vit", image_size=16, patch_size=8, dim=32, depth=1,
                              num_heads=2)
     text = TextTowerConfig(dim=24, depth=2, num_heads=2, max_len=12)
