@@ -24,6 +24,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from vitbert.cli_errors import check_ckpt_path, explain
 from vitbert.data.datamodule import CaptionDataModule
+from vitbert.io.files import load_tensors_file
 from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.captioning import CaptionEvaluation
 from vitbert.lit.module import MaskedLMModule
@@ -31,6 +32,7 @@ from vitbert.lit.progress import LogProgress
 from vitbert.lit.resume import ResumeState
 from vitbert.lit.summary import ParameterCount, ValidationSummary
 from vitbert.lit.writer import PredictionWriter
+from vitbert.models import VitBertConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
@@ -142,21 +144,28 @@ class VitBertCLI(LightningCLI):
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
     def _parse_ckpt_path(self) -> None:
-        """LightningCLI gives a run with ``--ckpt_path`` the model settings stored in the
-        checkpoint, over what the command line and config said. For ``fit`` (a resume) that is
-        right, since the optimizer state is the stored model's, but a setting that silently did
-        nothing misleads: say which were replaced."""
+        """A run with ``--ckpt_path`` gets the model settings stored in the checkpoint, over what
+        the command line and config said (LightningCLI's rule; the weights and, for ``fit``, the
+        optimizer state are the stored model's). A setting the checkpoint predates is read as
+        what that run did, not as today's default (:func:`stored_model_settings`). For ``fit``
+        (a resume) a setting that silently did nothing misleads: say which were replaced."""
         subcommand = self.config.get("subcommand")
-        if subcommand != "fit" or not self.config[subcommand].get("ckpt_path"):
-            return super()._parse_ckpt_path()
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not path or not Path(path).is_file():
+            return
+        hparams = load_tensors_file(Path(path)).get("hyper_parameters", {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
         asked = dict(self.config[subcommand].model.items())  # {"net.image.dim": 64, …}
-        super()._parse_ckpt_path()
+        stored = {subcommand: {"model": stored_model_settings(hparams)}}
+        self.config = self.parser.parse_object(stored, self.config)
         kept = dict(self.config[subcommand].model.items())
         replaced = [f"model.{key} {asked[key]!r} (the checkpoint's: {kept[key]!r})"
                     for key in sorted(asked) if key in kept and asked[key] != kept[key]
                     and key.rsplit(".", 1)[-1] not in LINKED_FROM_DATA]
-        if replaced:
-            warnings.warn(f"resuming {self.config[subcommand].ckpt_path} with the settings it "
+        if subcommand == "fit" and replaced:
+            warnings.warn(f"resuming {path} with the settings it "
                           f"was trained with; ignored: {'; '.join(replaced)}. To train with "
                           f"other settings from its weights, start a new run with "
                           f"--model.init_from instead of --ckpt_path", stacklevel=2)
@@ -190,6 +199,22 @@ def main(args: list[str] | None = None) -> VitBertCLI:
             raise
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+
+
+# Model settings added after checkpoints were written, with the value that does what those runs
+# did (the architecture's own, attention_radius and pointer, are VitBertConfig.from_dict's).
+SETTINGS_ADDED_SINCE = {"word_detection_colour_swaps": 0.0}
+
+
+def stored_model_settings(hparams: dict) -> dict:
+    """A checkpoint's ``hyper_parameters`` as this version reads them: the architecture through
+    :meth:`VitBertConfig.from_dict` (a model from before local attention attended globally, one
+    from before the word pointer has none) and the module's settings it lacks as
+    :data:`SETTINGS_ADDED_SINCE`, never as today's defaults, which would change the model."""
+    hparams = {**SETTINGS_ADDED_SINCE, **hparams}
+    if "net" in hparams:
+        hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
+    return hparams
 
 
 def _embedded_defaults() -> dict:

@@ -127,6 +127,28 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
         fit(tmp, "--ckpt_path", str(last), steps=16, run="resumed")
 
 
+def test_a_checkpoint_from_before_the_word_pointer_resumes_as_it_was_trained(tmp_path,
+                                                                              monkeypatch):
+    """A setting a checkpoint predates is read as what its run did, not as today's default: a
+    run from before the word pointer and the colour-swapped copies resumes without either (with
+    today's defaults its weights and optimizer state would not even load)."""
+    monkeypatch.chdir(tmp_path)
+    fit(tmp_path, "--model.net.pointer.key_words", "[]", "--model.word_detection_colour_swaps",
+        "0", steps=8, run="old")
+    path = tmp_path / "old" / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["hyper_parameters"]["net"]["pointer"]  # as an older version wrote it
+    del checkpoint["hyper_parameters"]["word_detection_colour_swaps"]
+    torch.save(checkpoint, path)
+    cli = fit(tmp_path, "--ckpt_path", str(path), steps=12, run="resumed")
+    assert cli.trainer.global_step == 12
+    assert cli.model.net.pointer is None and cli.model.hparams.word_detection_colour_swaps == 0
+    cli = main(["validate", *TINY_MODEL, *tiny_shapes(tmp_path / "shapes"), "--ckpt_path",
+                str(path), "--trainer.enable_progress_bar", "false",
+                "--trainer.default_root_dir", str(tmp_path / "validated")])
+    assert cli.model.net.pointer is None
+
+
 def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
     tmp, _ = trained
     monkeypatch.chdir(tmp_path)
