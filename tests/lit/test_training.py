@@ -173,6 +173,11 @@ def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
     assert net.mlm_head.decoder.weight is net.text.embeddings.word.weight
     for name in ("text.encoder.blocks.0.attn.qkv.weight", "image_tower.encoder.norm.weight"):
         torch.testing.assert_close(net.state_dict()[name], source.state_dict[name])
+    # The word pointer's ids are the new tokenizer's, not the source's copied over.
+    words = (*net.config.pointer.key_words, *net.config.pointer.value_words)
+    assert [*net.pointer.key_ids.tolist(), *net.pointer.value_ids.tolist()] == [
+        new_vocab.get(word, -1) for word in words]
+    assert [new_vocab.get(w, -1) for w in words] != [old_vocab.get(w, -1) for w in words]
 
 
 def test_itm_trains_logs_and_checkpoints_load_either_way(trained, tmp_path, monkeypatch, capsys):

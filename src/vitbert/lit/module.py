@@ -108,19 +108,19 @@ class MaskedLMModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
+        resuming = self._trainer is not None and self.trainer.ckpt_path is not None
+        if stage == "fit" and not resuming:
+            report = initialize(self.net, self.hparams.init_from, self.tokenizer)
+            if report and self.trainer.is_global_zero:
+                print(report)
         if self.net.pointer is not None and self.tokenizer is not None:
-            missing = self.net.pointer.bind(self.tokenizer)  # a checkpoint's ids load after this
+            # This tokenizer's ids, whatever init_from held; a resumed checkpoint's load after.
+            missing = self.net.pointer.bind(self.tokenizer)
             if missing:
                 rank_zero_warn(f"model.net.pointer: {', '.join(missing)} are not words of the "
                                "tokenizer's vocabulary (one piece each): the word pointer never "
                                "points from or to them. Name words the captions use, or set "
                                "key_words and value_words to [] for no pointer.")
-        resuming = self._trainer is not None and self.trainer.ckpt_path is not None
-        if stage != "fit" or resuming:
-            return
-        report = initialize(self.net, self.hparams.init_from, self.tokenizer)
-        if report and self.trainer.is_global_zero:
-            print(report)
 
     @property
     def colour_word_ids(self) -> Tensor:
