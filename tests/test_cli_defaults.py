@@ -31,7 +31,7 @@ class _ParsersOnly(VitBertCLI):
 def fit_parser():
     """The fit subcommand's parser, as `train.py fit` builds it."""
     with pytest.raises(_ParsersBuiltError) as stopped:
-        _cli(["fit"], cli_class=_ParsersOnly)
+        _cli(["fit", "--help"], cli_class=_ParsersOnly)  # --help: with the fields' docstrings
     return stopped.value.cli._parser("fit")
 
 

@@ -224,9 +224,15 @@ def _embedded_defaults() -> dict:
     return {"seed_everything": config["seed_everything"], "trainer": config["trainer"]}
 
 
+def shows_help(args: list[str]) -> bool:
+    """Whether the command prints the settings' explanations rather than running."""
+    return any(arg in ("-h", "--help") or arg.startswith("--print_config") for arg in args)
+
+
 def _cli(args: list[str], cli_class: type[VitBertCLI] = VitBertCLI) -> VitBertCLI:
-    # The config dataclasses document each field in a docstring under it; --help shows them.
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    # The config dataclasses document each field in a docstring under it; --help (and
+    # --print_config=comments) show them. Reading them takes seconds, so only then.
+    set_parsing_settings(docstring_parse_attribute_docstrings=shows_help(args))
     progress = _progress()
     embedded = _embedded_defaults()
     return cli_class(
