@@ -25,9 +25,10 @@ CLS, SEP, AND = 1, 2, 11
 KEY_IDS, VALUE_IDS = torch.tensor([5, 6, 7]), torch.tensor([8, 9, 10])
 
 
-def make_pointer(image_dim: int = 8, image_size: int = 16, grid: int = 4) -> WordPointer:
-    pointer = WordPointer(PointerConfig(COLOURS, SHAPES, dim=16, hidden_dim=32), image_dim,
-                          image_size, grid)
+def make_pointer(image_dim: int = 8, image_size: int = 16, grid: int = 4,
+                 **config) -> WordPointer:
+    pointer = WordPointer(PointerConfig(COLOURS, SHAPES, dim=16, hidden_dim=32, **config),
+                          image_dim, image_size, grid)
     pointer.key_ids.copy_(KEY_IDS)
     pointer.value_ids.copy_(VALUE_IDS)
     return pointer
@@ -63,7 +64,7 @@ def test_the_pointer_is_the_attention_weighted_mixture_of_the_patches_word_proba
 
 def test_after_a_key_word_the_text_says_whether_a_value_word_comes_and_the_pointer_which():
     torch.manual_seed(0)
-    pointer = make_pointer()
+    pointer = make_pointer(key_presence=False)  # the key words' share: the next test
     pointer.value_ids[2] = MISSING  # "triangle" is no piece of this vocabulary
     log_probs = torch.randn(4, 20).log_softmax(-1)  # (R, V) the text head's
     last = torch.tensor([5, 11, 7, 8])  # red, "and", blue, circle: rows 0 and 2 follow a key
@@ -82,25 +83,60 @@ def test_after_a_key_word_the_text_says_whether_a_value_word_comes_and_the_point
     assert torch.allclose(out.exp().sum(-1), torch.ones(4), atol=1e-5)
 
 
+def test_key_words_are_shared_by_what_is_still_seen_and_nothing_else_changes():
+    """p(colour) ∝ p_text(colour) · σ(presence), within the text's mass on the colours; the
+    presence is the log-mean-exp of the patches' scores, by hand; a missing colour is left out."""
+    torch.manual_seed(0)
+    pointer = make_pointer()
+    pointer.key_ids[1] = MISSING  # "green" is no piece of this vocabulary
+    log_probs = torch.randn(3, 20).log_softmax(-1)
+    grounding = Grounding(torch.randn(3, 16, 16), torch.randn(3, 16, 3).log_softmax(-1),
+                          torch.rand(3, 16) * 0.5)
+    written = torch.tensor([[CLS, AND]] * 3)  # no key word last: the values are untouched
+    out = pointer.next_word(log_probs, written, grounding)
+    others = torch.ones(20, dtype=torch.bool)
+    others[[5, 7]] = False  # red, blue
+    assert torch.equal(out[:, others], log_probs[:, others])
+    scores = torch.einsum("kd,rnd->rkn", pointer.query.weight, grounding.keys) / 4.0  # √16
+    scores = scores + torch.log(1 - grounding.covered)[:, None, :]
+    seen = torch.sigmoid(scores.exp().mean(-1).log())[:, [0, 2]]  # (3, 2) red, blue
+    share = log_probs[:, [5, 7]].exp() * seen
+    mass = log_probs[:, [5, 7]].exp().sum(-1, keepdim=True)
+    assert torch.allclose(out[:, [5, 7]].exp(), mass * share / share.sum(-1, keepdim=True),
+                          atol=1e-6)
+
+
+def two_blue_objects(pointer: WordPointer) -> Grounding:
+    """Two photos of a 4×4 grid: a blue triangle at patches 0 and 1, a blue square at patch 15;
+    circles read everywhere else."""
+    keys = torch.zeros(2, 16, 16)
+    keys[:, [0, 1, 15]] = 5.0 * pointer.query.weight[2].detach()  # blue patches
+    values = torch.full((2, 16, 3), -9.0)
+    values[:, :, 0] = 0.0  # circles
+    values[:, :2, 0], values[:, :2, 2] = -9.0, 0.0  # the triangle
+    values[:, 15, 0], values[:, 15, 1] = -9.0, 0.0  # the square
+    return Grounding(keys, values.log_softmax(-1), torch.zeros(2, 16))
+
+
 def test_an_object_is_named_once_two_of_one_colour_get_their_own_shapes():
     """Two blue objects: "blue" points at both; once "blue triangle" is written, the triangle's
-    patches are covered and the next "blue" reads the other one, in each beam's own order."""
-    pointer = make_pointer()
-    keys = torch.zeros(2, 4, 16)
-    keys[:, :2] = 5.0 * pointer.query.weight[2].detach()  # patches 0 and 1 are blue
-    values = torch.full((2, 4, 3), -9.0)
-    values[:, 0, 2] = values[:, 1, 1] = values[:, 2:, 0] = 0.0  # triangle, square, circles
-    grounding = Grounding(keys, values.log_softmax(-1), torch.zeros(2, 4))
+    window of patches is covered and the next "blue" reads the other one, in each beam's own
+    order."""
+    pointer = make_pointer(key_presence=False)
+    grounding = two_blue_objects(pointer)
     text = torch.zeros(2, 20).log_softmax(-1)  # (R, V): no view; 3 / 20 on the value words
     blue, triangle, square = 7, 10, 9
     first = pointer.next_word(text, torch.tensor([[CLS, blue]] * 2), grounding)
-    assert torch.allclose(first[:, [triangle, square]].exp(), torch.full((2, 2), 0.075),
-                          atol=0.005)  # half each: "blue" points at both
+    assert first[:, triangle].exp().min() > 0.03 and first[:, square].exp().min() > 0.03
     # Row 0 wrote "blue triangle", row 1 "blue square"; then each writes "and blue".
     written = torch.tensor([[CLS, blue, triangle], [CLS, blue, square]])
     pointer.next_word(text, written, grounding)
-    assert grounding.covered[0, 0] > 0.99 and grounding.covered[1, 1] > 0.99
-    assert grounding.covered[:, 2:].max() < 0.01
+    window = {0: [0, 1, 2, 4, 5, 6], 1: [10, 11, 14, 15]}  # 3×3 around each patch read
+    for row, patches in window.items():
+        assert grounding.covered[row, patches].min() > 0.99
+        rest = torch.ones(16, dtype=torch.bool)
+        rest[patches] = False
+        assert grounding.covered[row, rest].max() < 0.01
     written = torch.cat((written, torch.tensor([[AND, blue]] * 2)), dim=1)
     second = pointer.next_word(text, written, grounding)
     assert second[0, square].exp() > 0.14 and second[1, triangle].exp() > 0.14  # 0.15: all
@@ -108,6 +144,31 @@ def test_an_object_is_named_once_two_of_one_colour_get_their_own_shapes():
     swapped = grounding.select(torch.tensor([1, 0]))
     assert torch.equal(swapped.covered, grounding.covered.flip(0))
     assert torch.equal(swapped.keys, grounding.keys.flip(0))
+
+
+def test_a_colour_is_not_named_again_for_an_object_already_named():
+    """A blue triangle and a red square; the text head prefers "blue" 9:1 over "red". Before
+    anything is named blue keeps its lead; once the blue object is named, red takes it, though
+    the text head still says blue."""
+    pointer = make_pointer()
+    with torch.no_grad():  # query k reads key dimension k: a patch's scores are its keys' first 3
+        pointer.query.weight.zero_()
+        pointer.query.weight[:, :3] = 4.0 * torch.eye(3)  # / √16
+    grounding = two_blue_objects(pointer)
+    grounding.keys = torch.zeros(2, 16, 16)
+    grounding.keys[:, :, :3] = -8.0  # no colour here
+    grounding.keys[:, [0, 1], 2] = grounding.keys[:, 15, 0] = 8.0  # blue triangle, red square
+    seen = pointer.presence(grounding.keys).sigmoid()
+    assert (seen[:, [0, 2]] > 0.99).all() and (seen[:, 1] < 0.01).all()  # red, blue; no green
+    text = torch.full((2, 20), -30.0)
+    text[:, 7], text[:, 5] = math.log(0.9), math.log(0.1)  # blue, red
+    text = text.log_softmax(-1)
+    red, blue, triangle = 5, 7, 10
+    first = pointer.next_word(text, torch.tensor([[CLS, AND]] * 2), grounding)
+    assert torch.allclose(first[:, blue].exp(), torch.tensor(0.9), atol=0.01)
+    pointer.next_word(text, torch.tensor([[CLS, blue, triangle]] * 2), grounding)  # named
+    second = pointer.next_word(text, torch.tensor([[CLS, blue, triangle, AND]] * 2), grounding)
+    assert (second[:, red].exp() > 0.99).all()  # blue's only object is covered: red is seen
 
 
 def test_bind_looks_the_words_up_and_names_those_the_vocabulary_lacks():
@@ -126,6 +187,8 @@ def test_the_config_turns_the_pointer_on_and_old_models_load_without_one(tiny_co
     assert net.pointer is not None and net.pointer.patch_side == 8  # 16 px, a 2×2 grid
     assert VitBertConfig.from_dict(config.to_dict()) == config
     stored = config.to_dict()
+    del stored["pointer"]["key_presence"]  # a pointer not trained for it
+    assert not VitBertConfig.from_dict(stored).pointer.key_presence
     del stored["pointer"]  # written before the pointer existed
     assert not VitBertConfig.from_dict(stored).pointer.enabled
     assert VitBert(tiny_config()).pointer is None  # off unless it has words
@@ -174,6 +237,16 @@ def pointer_accuracy(pointer: WordPointer, images, tokens, objects) -> float:
     return (guess == shape).float().mean().item()
 
 
+def presence_accuracy(pointer: WordPointer, images, objects) -> float:
+    """How often the pointer tells each colour's presence in the photo right, and surely (its
+    probability within 0.01 of 0 or 1: decoding multiplies the text head's by it)."""
+    with torch.no_grad():
+        seen = pointer.presence(pointer.read(images, torch.zeros(len(images), 16, 8)).keys)
+    truth = torch.zeros_like(seen)
+    truth[torch.arange(len(images))[:, None], objects[:, :, 1]] = 1.0
+    return ((seen.sigmoid() - truth).abs() < 0.01).float().mean().item()
+
+
 def test_the_pointer_loss_teaches_the_shape_of_the_object_a_colour_names_in_new_pairs_too():
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
@@ -183,6 +256,7 @@ def test_the_pointer_loss_teaches_the_shape_of_the_object_a_colour_names_in_new_
     new = torch.tensor([[(int(c), int(s)) in held_out for _, c, s in photo]
                         for photo in test_objects.tolist()])
     before = pointer_accuracy(pointer, test_images, test_batch[FEATURES_KEY], test_objects)
+    seen_before = presence_accuracy(pointer, test_images, test_objects)
     optimizer = torch.optim.Adam(pointer.parameters(), lr=1e-2)
     for _ in range(250):
         batch, images, _ = two_object_batch(32, generator, held_out)
@@ -197,6 +271,8 @@ def test_the_pointer_loss_teaches_the_shape_of_the_object_a_colour_names_in_new_
                             test_objects[keep])
     assert before < 0.6 < 0.95 < after
     assert held > 0.9  # the keys read colour, the values shape: any pair binds
+    # Which colours a photo has (two of the three), from the same keys and queries.
+    assert seen_before < 0.5 < 0.99 < presence_accuracy(pointer, test_images, test_objects)
 
 
 def test_the_pointer_loss_moves_the_pointer_alone_and_joins_the_training_loss(tiny_config):

@@ -271,12 +271,14 @@ def pointer_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tensor:
     """The word pointer's loss (:class:`vitbert.models.pointer.WordPointer`), on the tower's
     tokens held fixed: it trains the pointer and nothing else.
 
-    Two parts, each the pointer's own: its value detector learns which value words (shapes) each
-    photo's captions use, as :func:`word_detection_loss` teaches the word detector (a photo's
+    Three parts, each the pointer's own: its value detector learns which value words (shapes)
+    each photo's captions use, as :func:`word_detection_loss` teaches the word detector (a photo's
     captions pooled; the tokens' max); its query and keys learn, from every key word directly
     followed by a value word in a caption ("red triangle"), to point where reading the value
     detector gives that value word (negative log-likelihood of ``log Σ_n α_n p_n``, the value
-    detector's ``p_n`` held fixed: the pointer cannot pass by making every patch say the word).
+    detector's ``p_n`` held fixed: the pointer cannot pass by making every patch say the word);
+    and, with ``key_presence``, which key words (colours) each photo's captions use, from the
+    same scores (:meth:`~vitbert.models.pointer.WordPointer.presence`, binary cross-entropy).
 
     ``batch`` carries the tower's output (:func:`with_tower_output`); ``images`` are its pixels
     (P, 3, S, S), one per photo, which the keys read.
@@ -289,9 +291,15 @@ def pointer_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tensor:
         **batch, FEATURES_KEY: tokens, "input_ids": value.clamp(min=0),
         "labels": torch.full_like(caption, IGNORE_INDEX), "content_mask": value >= 0})
     grounding = pointer.read(images, tokens)  # over the P photos
+    loss = detection
+    if pointer.config.key_presence:
+        named = torch.zeros(len(tokens), len(pointer.key_ids), device=caption.device)  # (P, K)
+        photos = caption_photos(batch)[:, None].expand_as(caption)
+        named[photos[key >= 0], key[key >= 0]] = 1.0
+        loss = loss + F.binary_cross_entropy_with_logits(pointer.presence(grounding.keys), named)
     row, col = ((key[:, :-1] >= 0) & (value[:, 1:] >= 0)).nonzero(as_tuple=True)  # (M,) pairs
     if len(row) == 0:  # no caption names a key word's value: zero, with the graph kept for DDP
-        return detection + 0.0 * (grounding.keys.sum() + pointer.query.weight.sum())
+        return loss + 0.0 * (grounding.keys.sum() + pointer.query.weight.sum())
     photo = caption_photos(batch)[row]  # (M,)
     log_p = pointer(key[row, col], grounding.keys[photo], grounding.values[photo].detach())
-    return detection + F.nll_loss(log_p, value[row, col + 1])  # (M, W) against (M,)
+    return loss + F.nll_loss(log_p, value[row, col + 1])  # (M, W) against (M,)

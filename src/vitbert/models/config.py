@@ -106,6 +106,14 @@ class PointerConfig:
     """Width of the pointer's queries and keys."""
     hidden_dim: int = 64
     """Hidden width of the MLP that turns a patch's pixels into its key."""
+    object_radius: int = 1
+    """Once an object is named (a key word, then a value word), the patches at most this many
+    rows and columns from the patch its value word was read from are covered: later pointing,
+    and the choice of key word, avoid them. 1: a 3×3 window, an object of the shapes data."""
+    key_presence: bool = True
+    """Writing a caption, share the text head's mass on the key words by how surely each is
+    still seen in a patch not yet covered, so that no colour is named twice for one object, nor
+    named when no patch has it (trained with the pointer). False: as the text head says."""
 
     def __post_init__(self) -> None:
         self.key_words = tuple(self.key_words)
@@ -156,12 +164,15 @@ class VitBertConfig:
 
         A stored image tower without ``attention_radius`` predates local attention: it attended
         globally, and loads so. A stored model without ``pointer`` predates the word pointer: it
-        loads without one.
+        loads without one; a pointer without ``key_presence`` was not trained for it.
         """
         d = dict(d)
         image = ImageTowerConfig(**{"attention_radius": None, **d.pop("image", {})})
         text = TextTowerConfig(**d.pop("text", {}))
-        pointer = PointerConfig(**d.pop("pointer", {"key_words": (), "value_words": ()}))
+        pointer = d.pop("pointer", {"key_words": (), "value_words": ()})
+        if pointer.get("key_words") and pointer.get("value_words"):
+            pointer = {"key_presence": False, **pointer}
+        pointer = PointerConfig(**pointer)
         return cls(image=image, text=text, pointer=pointer, **d)
 
 

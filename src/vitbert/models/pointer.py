@@ -21,9 +21,14 @@ never changes what the rest of the model learns.
 
 Writing a caption (:mod:`vitbert.decoding.generate`), after a key word the text head still says
 *whether* a value word comes next (its probability mass on the value words); the pointer says
-*which* (:meth:`WordPointer.next_word`). Every other step is the text head's alone. The patches a
-value word was read from are then covered, and later pointing avoids them (the coverage of See et
-al. 2017): a colour names two objects when both have it, and each must be named once.
+*which* (:meth:`WordPointer.next_word`). Once a key word and its value word are written, the
+object is named: the patches around where the value was read are covered, and later pointing
+avoids them (the coverage of See et al. 2017), since a colour names two objects when both have
+it and each must be named once. The same coverage guides the choice of the key word: the text
+head says *whether* a colour comes next, and its choice among the colours is weighed by how
+surely each is still seen in a patch not yet covered (``key_presence``). Without it the text
+head often named the first object's colour again for the second, and the pointer then read the
+first object again ("a small purple diamond sits right of a small purple diamond").
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitbert.models.config import PointerConfig
@@ -44,7 +50,7 @@ MISSING = -1  # the id of a key or value word that is not one piece of the vocab
 class Grounding:
     """What the pointer reads from R photos, once per caption written: each patch's key
     (R, N, d) and each patch's value words' log-probabilities (R, N, W); and, as the caption is
-    written, how much of each patch the value words written so far were read from (R, N)."""
+    written, how much of each patch is covered by the objects named so far (R, N), in [0, 1]."""
 
     keys: Tensor
     values: Tensor
@@ -77,6 +83,7 @@ class WordPointer(nn.Module):
                  in_chans: int = 3) -> None:
         super().__init__()
         self.config = config
+        self.grid = grid  # patches per side: the tower's tokens are a grid × grid, row-major
         self.patch_side = image_size // grid
         self.register_buffer("key_ids", torch.full((len(config.key_words),), MISSING))
         self.register_buffer("value_ids", torch.full((len(config.value_words),), MISSING))
@@ -109,13 +116,26 @@ class WordPointer(nn.Module):
         values = self.value.classifier(tokens.to(self.value.classifier.weight.dtype))  # (R, N, W)
         return Grounding(keys, values.float().log_softmax(dim=-1), keys.new_zeros(keys.shape[:2]))
 
+    def scores(self, queries: Tensor, keys: Tensor, covered: Tensor | None = None) -> Tensor:
+        """How well each patch's pixels match each query: queries (M, Q, d) and the patches'
+        ``keys`` (M, N, d) → (M, Q, N), lowered by log(1 − the ``covered`` share) (M, N)."""
+        scores = torch.einsum("mqd,mnd->mqn", queries, keys) / math.sqrt(keys.shape[-1])
+        if covered is not None:
+            scores = scores + torch.log1p(-covered.clamp(max=1.0 - 1e-6))[:, None, :]
+        return scores.float()
+
     def attention(self, key_index: Tensor, keys: Tensor, covered: Tensor | None = None) -> Tensor:
         """(M, N) log α: where key word ``key_index`` (M,) points among the patches' ``keys``
         (M, N, d), away from the ``covered`` share of each patch (M, N) when given."""
-        scores = torch.einsum("md,mnd->mn", self.query(key_index), keys) / math.sqrt(keys.shape[-1])
-        if covered is not None:
-            scores = scores + torch.log1p(-covered.clamp(max=1.0 - 1e-6))
-        return scores.float().log_softmax(dim=-1)
+        return self.scores(self.query(key_index)[:, None], keys, covered)[:, 0].log_softmax(-1)
+
+    def presence(self, keys: Tensor, covered: Tensor | None = None) -> Tensor:
+        """(M, K) logits that each key word is seen in some patch of the photos' ``keys``
+        (M, N, d) not ``covered``: the log-mean-exp of its scores over the patches, a smooth
+        maximum that one patch can carry. Attention is the same scores made relative; this makes
+        them absolute (trained by :func:`vitbert.lit.objectives.pointer_loss`)."""
+        queries = self.query.weight.expand(len(keys), -1, -1)  # (M, K, d)
+        return self.scores(queries, keys, covered).logsumexp(dim=-1) - math.log(keys.shape[1])
 
     def forward(self, key_index: Tensor, keys: Tensor, values: Tensor,
                 covered: Tensor | None = None) -> Tensor:
@@ -125,34 +145,49 @@ class WordPointer(nn.Module):
         return torch.logsumexp(log_alpha[..., None] + values, dim=1)
 
     def next_word(self, log_probs: Tensor, written: Tensor, grounding: Grounding) -> Tensor:
-        """The text head's next-piece log-probabilities (R, V) after ``written`` (R, t), with the
-        value words re-shared by the pointer in the rows whose last piece is a key word: p(w) =
-        p_text(any value word) · p_pointer(w). Other rows, and every other piece, are left as
-        they are.
+        """The text head's next-piece log-probabilities (R, V) after ``written`` (R, t), with
+        the key words' mass re-shared by what is still seen (``key_presence``: p(k) ∝ p_text(k) ·
+        p(k seen in an uncovered patch)) in every row, and the value words' mass re-shared by the
+        pointer in the rows whose last piece is a key word (p(w) = p_text(any value word) ·
+        p_pointer(w)). The total of each group, and every other piece, are left as they are.
 
         An object is named once: when the last two pieces are a key word and a value word, the
-        patches that value was read from (α_n p_n(value), normalised) are added to
-        ``grounding.covered``, and later pointing avoids them. Two objects of one colour would
+        patches around where that value was read are added to ``grounding.covered``, and later
+        pointing, and the key words' presence, avoid them. Two objects of one colour would
         otherwise get the same shape twice: the colour points at both.
         """
         if written.shape[1] >= 2:
             self._cover(written[:, -2], written[:, -1], grounding)
+        if self.config.key_presence:
+            seen = F.logsigmoid(self.presence(grounding.keys, grounding.covered))  # (R, K)
+            text = log_probs[:, self.key_ids.clamp(min=0)]  # (R, K)
+            log_probs = self._reshare(log_probs, self.key_ids, text + seen,
+                                      torch.ones_like(written[:, 0], dtype=torch.bool))
         key_index = self.index_of(self.key_ids, written[:, -1])  # (R,)
         after_key = key_index >= 0
         if not after_key.any():
             return log_probs
-        present = self.value_ids != MISSING  # (W,)
-        ids = self.value_ids[present]
         pointed = self(key_index.clamp(min=0), grounding.keys, grounding.values,
                        grounding.covered)  # (R, W)
-        pointed = pointed[:, present].log_softmax(dim=-1)  # over the words the vocabulary has
+        return self._reshare(log_probs, self.value_ids, pointed, after_key)
+
+    @staticmethod
+    def _reshare(log_probs: Tensor, ids: Tensor, share: Tensor, rows: Tensor) -> Tensor:
+        """``log_probs`` (R, V) with, in ``rows`` (R,), the total mass of the words ``ids`` (K,)
+        given out among them as ``share`` (R, K) (log-weights, normalised here over the words
+        the vocabulary has)."""
+        present = ids != MISSING  # (K,)
+        ids = ids[present]
         mass = log_probs[:, ids].logsumexp(dim=-1, keepdim=True)  # (R, 1)
-        grounded = log_probs.index_copy(1, ids, mass + pointed)
-        return torch.where(after_key[:, None], grounded, log_probs)
+        shared = log_probs.index_copy(1, ids, mass + share[:, present].log_softmax(dim=-1))
+        return torch.where(rows[:, None], shared, log_probs)
 
     def _cover(self, before: Tensor, last: Tensor, grounding: Grounding) -> None:
-        """Add to ``grounding.covered`` the patches a (key, value) pair just written, ``before``
-        and ``last`` (R,), was read from; rows without such a pair are left as they are."""
+        """Cover the object a (key, value) pair just written, ``before`` and ``last`` (R,), names:
+        the patches within ``object_radius`` of where the value was read from (α_n p_n(value),
+        relative to its largest), added to ``grounding.covered``; rows without such a pair are
+        left as they are. The whole window, not just the patch read: an object spans several
+        patches, and any of them would otherwise still be seen with the key word's colour."""
         key_index = self.index_of(self.key_ids, before)  # (R,)
         value_index = self.index_of(self.value_ids, last)  # (R,)
         named = (key_index >= 0) & (value_index >= 0)
@@ -162,5 +197,8 @@ class WordPointer(nn.Module):
         read = grounding.values.gather(2, value_index.clamp(min=0)[:, None, None].expand(
             -1, grounding.values.shape[1], 1)).squeeze(-1)  # (R, N) log p_n(value)
         source = (log_alpha + read).softmax(dim=-1)  # (R, N): where the value was read from
-        covered = (grounding.covered + source).clamp(max=1.0)
+        source = source / source.amax(dim=-1, keepdim=True)  # the patch read most: 1
+        R, g, r = len(source), self.grid, self.config.object_radius
+        window = F.max_pool2d(source.view(R, 1, g, g), 2 * r + 1, stride=1, padding=r)
+        covered = torch.maximum(grounding.covered, window.view(R, g * g))
         grounding.covered = torch.where(named[:, None], covered, grounding.covered)
