@@ -83,9 +83,10 @@ def test_after_a_key_word_the_text_says_whether_a_value_word_comes_and_the_point
     assert torch.allclose(out.exp().sum(-1), torch.ones(4), atol=1e-5)
 
 
-def test_key_words_are_shared_by_what_is_still_seen_and_nothing_else_changes():
-    """p(colour) ∝ p_text(colour) · σ(presence), within the text's mass on the colours; the
-    presence is the log-mean-exp of the patches' scores, by hand; a missing colour is left out."""
+def test_key_words_are_shared_by_what_is_not_named_yet_and_nothing_else_changes():
+    """p(colour) ∝ p_text(colour) · σ(presence) · the share of its evidence uncovered, within
+    the text's mass on the colours; the presence is the log-mean-exp of the patches' scores, the
+    evidence their exp, by hand; a missing colour is left out."""
     torch.manual_seed(0)
     pointer = make_pointer()
     pointer.key_ids[1] = MISSING  # "green" is no piece of this vocabulary
@@ -98,9 +99,11 @@ def test_key_words_are_shared_by_what_is_still_seen_and_nothing_else_changes():
     others[[5, 7]] = False  # red, blue
     assert torch.equal(out[:, others], log_probs[:, others])
     scores = torch.einsum("kd,rnd->rkn", pointer.query.weight, grounding.keys) / 4.0  # √16
-    scores = scores + torch.log(1 - grounding.covered)[:, None, :]
-    seen = torch.sigmoid(scores.exp().mean(-1).log())[:, [0, 2]]  # (3, 2) red, blue
-    share = log_probs[:, [5, 7]].exp() * seen
+    evidence = scores.exp()  # (3, K, N)
+    seen = torch.sigmoid(evidence.mean(-1).log())  # in the photo
+    left = (evidence * (1 - grounding.covered)[:, None, :]).sum(-1) / evidence.sum(-1)
+    unnamed = (seen * left)[:, [0, 2]]  # (3, 2) red, blue
+    share = log_probs[:, [5, 7]].exp() * unnamed
     mass = log_probs[:, [5, 7]].exp().sum(-1, keepdim=True)
     assert torch.allclose(out[:, [5, 7]].exp(), mass * share / share.sum(-1, keepdim=True),
                           atol=1e-6)
@@ -122,7 +125,7 @@ def test_an_object_is_named_once_two_of_one_colour_get_their_own_shapes():
     """Two blue objects: "blue" points at both; once "blue triangle" is written, the triangle's
     window of patches is covered and the next "blue" reads the other one, in each beam's own
     order."""
-    pointer = make_pointer(key_presence=False)
+    pointer = make_pointer(key_presence=False, object_radius=1)
     grounding = two_blue_objects(pointer)
     text = torch.zeros(2, 20).log_softmax(-1)  # (R, V): no view; 3 / 20 on the value words
     blue, triangle, square = 7, 10, 9

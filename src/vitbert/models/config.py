@@ -106,14 +106,14 @@ class PointerConfig:
     """Width of the pointer's queries and keys."""
     hidden_dim: int = 64
     """Hidden width of the MLP that turns a patch's pixels into its key."""
-    object_radius: int = 1
+    object_radius: int = 2
     """Once an object is named (a key word, then a value word), the patches at most this many
-    rows and columns from the patch its value word was read from are covered: later pointing,
-    and the choice of key word, avoid them. 1: a 3×3 window, an object of the shapes data."""
+    rows and columns from the patches its value word was read from are covered: later pointing,
+    and the choice of key word, avoid them. 2: a 5×5 window, a large object of the shapes data."""
     key_presence: bool = True
-    """Writing a caption, share the text head's mass on the key words by how surely each is
-    still seen in a patch not yet covered, so that no colour is named twice for one object, nor
-    named when no patch has it (trained with the pointer). False: as the text head says."""
+    """Writing a caption, share the text head's mass on the key words by how surely each names
+    an object not covered yet, so that no colour is named twice for one object, nor named when
+    no patch has it (trained with the pointer). False: as the text head says."""
 
     def __post_init__(self) -> None:
         self.key_words = tuple(self.key_words)

@@ -26,7 +26,7 @@ object is named: the patches around where the value was read are covered, and la
 avoids them (the coverage of See et al. 2017), since a colour names two objects when both have
 it and each must be named once. The same coverage guides the choice of the key word: the text
 head says *whether* a colour comes next, and its choice among the colours is weighed by how
-surely each is still seen in a patch not yet covered (``key_presence``). Without it the text
+surely each names an object not covered yet (``key_presence``). Without it the text
 head often named the first object's colour again for the second, and the pointer then read the
 first object again ("a small purple diamond sits right of a small purple diamond").
 """
@@ -137,6 +137,16 @@ class WordPointer(nn.Module):
         queries = self.query.weight.expand(len(keys), -1, -1)  # (M, K, d)
         return self.scores(queries, keys, covered).logsumexp(dim=-1) - math.log(keys.shape[1])
 
+    def unnamed(self, keys: Tensor, covered: Tensor) -> Tensor:
+        """(M, K) log-probability that each key word names an object not named yet: that it is
+        seen in the photo (:meth:`presence`), times the share of its evidence (the patches'
+        exp-scores) outside the ``covered`` patches. The share, not the presence among the
+        uncovered patches alone: an object's edge patches, outside its covered window, still
+        show some of its colour, and that presence stayed high enough for the text head to name
+        the object again."""
+        seen = self.presence(keys)  # (M, K)
+        return F.logsigmoid(seen) + (self.presence(keys, covered) - seen)
+
     def forward(self, key_index: Tensor, keys: Tensor, values: Tensor,
                 covered: Tensor | None = None) -> Tensor:
         """key_index (M,) into the key words; keys (M, N, d); values (M, N, W) log-probabilities
@@ -146,10 +156,11 @@ class WordPointer(nn.Module):
 
     def next_word(self, log_probs: Tensor, written: Tensor, grounding: Grounding) -> Tensor:
         """The text head's next-piece log-probabilities (R, V) after ``written`` (R, t), with
-        the key words' mass re-shared by what is still seen (``key_presence``: p(k) ∝ p_text(k) ·
-        p(k seen in an uncovered patch)) in every row, and the value words' mass re-shared by the
-        pointer in the rows whose last piece is a key word (p(w) = p_text(any value word) ·
-        p_pointer(w)). The total of each group, and every other piece, are left as they are.
+        the key words' mass re-shared by what is not named yet (``key_presence``: p(k) ∝
+        p_text(k) · p(k names an object not named yet), :meth:`unnamed`) in every row, and the
+        value words' mass re-shared by the pointer in the rows whose last piece is a key word
+        (p(w) = p_text(any value word) · p_pointer(w)). The total of each group, and every other
+        piece, are left as they are.
 
         An object is named once: when the last two pieces are a key word and a value word, the
         patches around where that value was read are added to ``grounding.covered``, and later
@@ -159,9 +170,9 @@ class WordPointer(nn.Module):
         if written.shape[1] >= 2:
             self._cover(written[:, -2], written[:, -1], grounding)
         if self.config.key_presence:
-            seen = F.logsigmoid(self.presence(grounding.keys, grounding.covered))  # (R, K)
+            unnamed = self.unnamed(grounding.keys, grounding.covered)  # (R, K)
             text = log_probs[:, self.key_ids.clamp(min=0)]  # (R, K)
-            log_probs = self._reshare(log_probs, self.key_ids, text + seen,
+            log_probs = self._reshare(log_probs, self.key_ids, text + unnamed,
                                       torch.ones_like(written[:, 0], dtype=torch.bool))
         key_index = self.index_of(self.key_ids, written[:, -1])  # (R,)
         after_key = key_index >= 0
