@@ -210,17 +210,24 @@ def word_detection_loss(head: nn.Module, batch: Batch) -> Tensor:
     their words. Function words, in every caption, are left out (``content_mask``).
     """
     tokens = batch[FEATURES_KEY]  # (P, N, D_img)
-    caption = original_caption(batch)  # (B, T)
-    content = batch["content_mask"].bool()  # (B, T)
-    counts = tokens.new_zeros(len(tokens), head.vocab_size, dtype=torch.float32)  # (P, V)
-    rows = caption_photos(batch)[:, None].expand_as(caption)[content]
-    counts.index_put_((rows, caption[content]), torch.ones_like(rows, dtype=counts.dtype),
-                      accumulate=True)
+    counts = photo_word_counts(batch, original_caption(batch), batch["content_mask"].bool(),
+                               len(tokens), head.vocab_size)  # (P, V)
     seen = counts.sum(dim=1) > 0  # a photo whose captions hold no content word teaches nothing
     if not seen.any():
         return head(tokens).sum() * 0.0  # nothing to learn: zero, with the graph kept for DDP
     target = counts[seen] / counts[seen].sum(dim=1, keepdim=True)  # (P', V)
     return F.cross_entropy(head(tokens[seen]).float(), target)
+
+
+def photo_word_counts(batch: Batch, words: Tensor, counted: Tensor, num_photos: int,
+                      num_words: int) -> Tensor:
+    """(P, num_words) how often each photo's captions use each word: ``words`` (B, T) are
+    indices below ``num_words``, counted where ``counted`` (B, T); a photo's captions pool."""
+    counts = torch.zeros(num_photos, num_words, device=words.device)  # (P, W)
+    rows = caption_photos(batch)[:, None].expand_as(words)[counted]  # the photo of each word
+    counts.index_put_((rows, words[counted]), torch.ones_like(rows, dtype=counts.dtype),
+                      accumulate=True)
+    return counts
 
 
 def word_ids(tokenizer, words: frozenset[str]) -> Tensor:
@@ -293,9 +300,8 @@ def pointer_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tensor:
     grounding = pointer.read(images, tokens)  # over the P photos
     loss = detection
     if pointer.config.key_presence:
-        named = torch.zeros(len(tokens), len(pointer.key_ids), device=caption.device)  # (P, K)
-        photos = caption_photos(batch)[:, None].expand_as(caption)
-        named[photos[key >= 0], key[key >= 0]] = 1.0
+        named = photo_word_counts(batch, key.clamp(min=0), key >= 0, len(tokens),
+                                  len(pointer.key_ids)).clamp(max=1.0)  # (P, K) named or not
         loss = loss + F.binary_cross_entropy_with_logits(pointer.presence(grounding.keys), named)
     row, col = ((key[:, :-1] >= 0) & (value[:, 1:] >= 0)).nonzero(as_tuple=True)  # (M,) pairs
     if len(row) == 0:  # no caption names a key word's value: zero, with the graph kept for DDP

@@ -172,8 +172,7 @@ class WordPointer(nn.Module):
         if self.config.key_presence:
             unnamed = self.unnamed(grounding.keys, grounding.covered)  # (R, K)
             text = log_probs[:, self.key_ids.clamp(min=0)]  # (R, K)
-            log_probs = self._reshare(log_probs, self.key_ids, text + unnamed,
-                                      torch.ones_like(written[:, 0], dtype=torch.bool))
+            log_probs = self._reshare(log_probs, self.key_ids, text + unnamed)
         key_index = self.index_of(self.key_ids, written[:, -1])  # (R,)
         after_key = key_index >= 0
         if not after_key.any():
@@ -183,15 +182,16 @@ class WordPointer(nn.Module):
         return self._reshare(log_probs, self.value_ids, pointed, after_key)
 
     @staticmethod
-    def _reshare(log_probs: Tensor, ids: Tensor, share: Tensor, rows: Tensor) -> Tensor:
-        """``log_probs`` (R, V) with, in ``rows`` (R,), the total mass of the words ``ids`` (K,)
-        given out among them as ``share`` (R, K) (log-weights, normalised here over the words
-        the vocabulary has)."""
+    def _reshare(log_probs: Tensor, ids: Tensor, share: Tensor, rows: Tensor | None = None
+                 ) -> Tensor:
+        """``log_probs`` (R, V) with, in ``rows`` (R,) (every row when None), the total mass of
+        the words ``ids`` (K,) given out among them as ``share`` (R, K) (log-weights,
+        normalised here over the words the vocabulary has)."""
         present = ids != MISSING  # (K,)
         ids = ids[present]
         mass = log_probs[:, ids].logsumexp(dim=-1, keepdim=True)  # (R, 1)
         shared = log_probs.index_copy(1, ids, mass + share[:, present].log_softmax(dim=-1))
-        return torch.where(rows[:, None], shared, log_probs)
+        return shared if rows is None else torch.where(rows[:, None], shared, log_probs)
 
     def _cover(self, before: Tensor, last: Tensor, grounding: Grounding) -> None:
         """Cover the object a (key, value) pair just written, ``before`` and ``last`` (R,), names:
