@@ -203,7 +203,7 @@ def main(args: list[str] | None = None) -> VitBertCLI:
 
 # Model settings added after checkpoints were written, with the value that does what those runs
 # did (the architecture's own, attention_radius and pointer, are VitBertConfig.from_dict's).
-SETTINGS_ADDED_SINCE = {"word_detection_colour_swaps": 0.0}
+SETTINGS_ADDED_SINCE = {"word_detection_colour_swaps": 0.0, "pointer_tower_weight": 0.0}
 
 
 def stored_model_settings(hparams: dict) -> dict:

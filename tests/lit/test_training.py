@@ -25,7 +25,8 @@ def fit(tmp: Path, *extra: str, steps: int = 16, run: str = "run"):
     """`train.py fit` on the tiny model; returns the CLI (trainer, model, datamodule)."""
     args = [
         "fit", *TINY_MODEL, *tiny_shapes(tmp / "shapes"),
-        "--trainer.max_steps", str(steps), "--trainer.val_check_interval", "8",
+        "--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1",  # steps alone
+        "--trainer.val_check_interval", "8",
         "--trainer.log_every_n_steps", "2",
         "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp / run),
         "--checkpoint.dirpath", str(tmp / run / "checkpoints"), *extra,
@@ -139,10 +140,12 @@ def test_a_checkpoint_from_before_the_word_pointer_resumes_as_it_was_trained(tmp
     checkpoint = torch.load(path, weights_only=True)
     del checkpoint["hyper_parameters"]["net"]["pointer"]  # as an older version wrote it
     del checkpoint["hyper_parameters"]["word_detection_colour_swaps"]
+    del checkpoint["hyper_parameters"]["pointer_tower_weight"]
     torch.save(checkpoint, path)
     cli = fit(tmp_path, "--ckpt_path", str(path), steps=12, run="resumed")
     assert cli.trainer.global_step == 12
     assert cli.model.net.pointer is None and cli.model.hparams.word_detection_colour_swaps == 0
+    assert cli.model.hparams.pointer_tower_weight == 0
     cli = main(["validate", *TINY_MODEL, *tiny_shapes(tmp_path / "shapes"), "--ckpt_path",
                 str(path), "--trainer.enable_progress_bar", "false",
                 "--trainer.default_root_dir", str(tmp_path / "validated")])

@@ -14,7 +14,7 @@ from vitbert.data.features import FEATURES_KEY
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.data.tokenizer import train_wordpiece
 from vitbert.lit.module import MaskedLMModule
-from vitbert.lit.objectives import pointer_loss, training_loss
+from vitbert.lit.objectives import pointer_loss, pointer_tower_loss, training_loss
 from vitbert.models import PointerConfig, VitBert, VitBertConfig
 from vitbert.models.pointer import MISSING, Grounding, WordPointer, patch_pixels
 
@@ -278,6 +278,65 @@ def test_the_pointer_loss_teaches_the_shape_of_the_object_a_colour_names_in_new_
     assert seen_before < 0.5 < 0.99 < presence_accuracy(pointer, test_images, test_objects)
 
 
+def test_the_pointer_tower_loss_reads_the_tokens_where_the_colour_points_with_that_held_fixed():
+    torch.manual_seed(0)
+    pointer = make_pointer()
+    batch, images, _ = two_object_batch(5, torch.Generator().manual_seed(2))
+    tokens = torch.randn(5, 16, 8, requires_grad=True)
+    loss = pointer_tower_loss(pointer, {**batch, FEATURES_KEY: tokens}, images)
+    # By hand: every "colour shape" pair, -log Σ_n α_n softmax(W t_n + b)[shape].
+    keys = pointer.key(patch_pixels(images, 4))  # (5, 16, d)
+    by_hand = []
+    for b, caption in enumerate(batch["input_ids"].tolist()):
+        for colour, shape in ((caption[1], caption[2]), (caption[4], caption[5])):
+            query = pointer.query.weight[KEY_IDS.tolist().index(colour)]
+            alpha = torch.softmax(keys[b] @ query / math.sqrt(16), dim=-1)  # (16,)
+            p = pointer.value.classifier(tokens[b]).softmax(-1)[:, VALUE_IDS.tolist().index(shape)]
+            by_hand.append(-torch.log((alpha * p).sum()))
+    assert torch.allclose(loss, torch.stack(by_hand).mean(), atol=1e-5)
+    loss.backward()
+    assert tokens.grad.abs().sum() > 0 and pointer.value.classifier.weight.grad.abs().sum() > 0
+    # Where the colour points is held fixed: the loss cannot be met by pointing elsewhere.
+    assert pointer.query.weight.grad is None
+    assert all(p.grad is None for p in pointer.key.parameters())
+
+
+def test_the_pointer_tower_loss_teaches_the_tokens_of_the_object_a_colour_names_its_shape():
+    """The tower's side: tokens that know no shape (zeros, as a tower that put the shapes
+    elsewhere) learn to name each object's shape at the object's own patch, and the patches
+    where no colour points barely move."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    pointer = make_pointer()
+    optimizer = torch.optim.Adam(pointer.parameters(), lr=1e-2)
+    for _ in range(150):  # first the pointer learns where each colour is
+        batch, images, _ = two_object_batch(32, generator)
+        optimizer.zero_grad()
+        pointer_loss(pointer, batch, images).backward()
+        optimizer.step()
+    pointer.requires_grad_(False)
+    batch, images, objects = two_object_batch(32, generator)
+    tokens = torch.zeros(32, 16, 8, requires_grad=True)  # (P, N, D_img): the tower's output
+
+    def shape_at_objects() -> float:
+        with torch.no_grad():
+            read = pointer.value.classifier(tokens).argmax(-1)  # (P, N) the shape each patch says
+        at = read[torch.arange(32)[:, None], objects[:, :, 0]]  # (P, 2) at each object's patch
+        return (at == objects[:, :, 2]).float().mean().item()
+
+    before = shape_at_objects()
+    optimizer = torch.optim.Adam([tokens], lr=0.1)
+    for _ in range(60):
+        optimizer.zero_grad()
+        pointer_tower_loss(pointer, {**batch, FEATURES_KEY: tokens}, images).backward()
+        optimizer.step()
+    assert before < 0.5 < 0.95 < shape_at_objects()
+    moved = tokens.detach().norm(dim=-1)  # (P, N) how far each patch's token moved from 0
+    at_object = torch.zeros(32, 16, dtype=torch.bool)
+    at_object[torch.arange(32)[:, None], objects[:, :, 0]] = True
+    assert moved[~at_object].mean() < 0.1 * moved[at_object].mean()
+
+
 def test_the_pointer_loss_moves_the_pointer_alone_and_joins_the_training_loss(tiny_config):
     torch.manual_seed(0)
     net = VitBert(tiny_config(pointer=PointerConfig(COLOURS, SHAPES)))
@@ -298,6 +357,16 @@ def test_the_pointer_loss_moves_the_pointer_alone_and_joins_the_training_loss(ti
     assert all(grads[name] is None for name in grads if not name.startswith("pointer."))
     assert all(grads[name] is not None and grads[name].abs().sum() > 0
                for name in grads if name.startswith("pointer."))
+    # Its tower side, weighted, joins the loss too and reaches the tower.
+    loss, parts = training_loss(net, batch, 0.0, mask_token_id=4, pointer_tower_weight=0.5)
+    assert set(parts) == {"train/loss", "train/pointer_loss", "train/pointer_tower_loss"}
+    assert torch.allclose(loss, parts["train/loss"] + parts["train/pointer_loss"]
+                          + 0.5 * parts["train/pointer_tower_loss"])
+    net.zero_grad()
+    parts["train/pointer_tower_loss"].backward()
+    tower = [p.grad for p in net.image_tower.parameters()]
+    assert any(g is not None and g.abs().sum() > 0 for g in tower)
+    assert net.pointer.query.weight.grad is None
 
 
 def test_the_module_binds_the_words_to_its_tokenizer_and_refuses_a_frozen_tower():

@@ -16,8 +16,10 @@ The keys are the patches' *pixels*, not the tower's tokens: a colour word names 
 show, and a key that cannot mix patches cannot point at the wrong object. The value detector is
 a word detector (:class:`WordDetectorHead`, max over the tokens) of the value words alone, read
 per token at writing time. Both learn from the captions
-(:func:`vitbert.lit.objectives.pointer_loss`) on the tower's tokens held fixed, so the pointer
-never changes what the rest of the model learns.
+(:func:`vitbert.lit.objectives.pointer_loss`) on the tower's tokens held fixed; the other way
+round, with where each colour points held fixed, the tower's tokens there learn to name the shape
+the captions write after it (:func:`~vitbert.lit.objectives.pointer_tower_loss`), so that the
+shape is where the pointer reads it.
 
 Writing a caption (:mod:`vitbert.decoding.generate`), after a key word the text head still says
 *whether* a value word comes next (its probability mass on the value words); the pointer says
