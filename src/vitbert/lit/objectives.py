@@ -324,9 +324,9 @@ def pointer_tower_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tens
 
     Why: :func:`pointer_loss` holds the tokens fixed, so the pointer can only read what the tower
     learnt for other reasons, and the word detector's max over the tokens asks a shape of *some*
-    token, not of the ones where the object is. When the tower put the shape elsewhere (at seeds
-    1 and 2 of a 626-step run the shape read at the colour's patches was 43–73% right), the
-    pointer named the shape the colour usually has. This tells the tokens at the object's patches
+    token, not of the ones where the object is. When the tower put the shape elsewhere (at seed 1
+    of a 626-step run without this loss the shape read at the colour's patches was 43–73% right),
+    the pointer named the shape the colour usually has. This tells the tokens at the object's patches
     to name its shape. The attention is held fixed so that the loss cannot be met by pointing
     elsewhere; every patch saying the word does not meet it either, as a caption names both
     objects and each reads its own patches.
