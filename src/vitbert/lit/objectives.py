@@ -326,10 +326,10 @@ def pointer_tower_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tens
     learnt for other reasons, and the word detector's max over the tokens asks a shape of *some*
     token, not of the ones where the object is. When the tower put the shape elsewhere (at seed 1
     of a 626-step run without this loss the shape read at the colour's patches was 43–73% right),
-    the pointer named the shape the colour usually has. This tells the tokens at the object's patches
-    to name its shape. The attention is held fixed so that the loss cannot be met by pointing
-    elsewhere; every patch saying the word does not meet it either, as a caption names both
-    objects and each reads its own patches.
+    the pointer named the shape the colour usually has. This tells the tokens at the object's
+    patches to name its shape. The attention is held fixed so that the loss cannot be met by
+    pointing elsewhere; every patch saying the word does not meet it either, as a caption names
+    both objects and each reads its own patches.
 
     ``batch`` carries the tower's output (:func:`with_tower_output`); ``images`` its pixels.
     """
