@@ -45,11 +45,22 @@ def test_caption_figures_with_and_without_the_image():
                              num_heads=2)
     text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=16)
     net = VitBert(VitBertConfig(image=image, text=text, vocab_size=len(tokenizer))).train()
-    figures = caption_figures(net, tokenizer, FakeDataset([0, 1, 1, 2], CAPTIONS + CAPTIONS[:1]))
-    names = ("bleu4", "cider", "colour_shape", "colours", "shapes")
-    assert set(figures) == {f"{k}{s}" for k in names for s in ("", "_text")}
+    dataset = FakeDataset([0, 1, 1, 2], CAPTIONS + CAPTIONS[:1])
+    figures = caption_figures(net, tokenizer, dataset)
+    assert set(figures) == {f"{k}{s}" for k in ("bleu4", "cider") for s in ("", "_text")}
     assert all(0.0 <= v for v in figures.values())
     assert net.training  # put back as it was
+    # A data source's own figures join them, with the image and without.
+    seen = []
+
+    def scores(candidates, references):
+        seen.append((list(candidates), references))
+        return {"named": 0.25}
+
+    figures = caption_figures(net, tokenizer, dataset, scores=scores)
+    assert figures["named"] == figures["named_text"] == 0.25
+    assert [len(c) for c, _ in seen] == [3, 3] and len(set(seen[1][0])) == 1  # one text caption
+    assert seen[0][1] == [CAPTIONS[:1], CAPTIONS[1:3], CAPTIONS[:1]]  # every reference of each
 
 
 def test_ddp_shares_are_put_back_in_order(monkeypatch):

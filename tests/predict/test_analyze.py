@@ -17,7 +17,7 @@ from vitbert.caption_analysis import (
     named_object_attention,
     tally,
 )
-from vitbert.lit.caption_metrics import COLOUR_SHAPE, VERDICTS
+from vitbert.data.shapes_captions import COLOUR_SHAPE, VERDICTS
 
 
 def test_word_classes():

@@ -10,16 +10,19 @@ current), and the training captions the tokenizer learns from. Everything after 
         init_args: {root: data/shapes, num_train: 20000}
 
 A new source (web shards, another captioned set) is a third subclass of `DataSource` that writes
-the cache format of `vitbert.data.cache`; nothing else changes.
+the cache format of `vitbert.data.cache`; nothing else changes. A source may also score written
+captions in ways only its data allows (`DataSource.caption_scores`: the shapes data checks
+both objects' colours and shapes); the caption evaluation logs them and the table prints them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import flickr30k, shapes
+from . import flickr30k, shapes, shapes_captions
 from .cache import CaptionDataset
 
 
@@ -39,6 +42,21 @@ class DataSource(ABC):
     @abstractmethod
     def train_captions(self, image_size: int) -> list[str]:
         """The training captions, the text the tokenizer is trained on."""
+
+    def caption_scores(self, candidates: Sequence[str], references: Sequence[Sequence[str]]
+                       ) -> dict[str, float]:
+        """Figures of written captions that only this data can give, beside the BLEU-4 and
+        CIDEr-D every source gets: name → share in [0, 1], for one candidate per image and all
+        of that image's references. Logged as ``val/<name>`` and ``test/<name>`` (``<name>_text``
+        for the captions written from no image), printed by :meth:`caption_score_labels`.
+        None by default."""
+        return {}
+
+    def caption_score_labels(self) -> dict[str, str]:
+        """Each name :meth:`caption_scores` gives, with its label in the end-of-training table,
+        in print order: the first is the headline, the rest its parts, shown in parentheses
+        after it ("all right 97.5% (first part 100%, second part 98%)")."""
+        return {}
 
     def settings(self) -> dict[str, Any]:
         """The constructor arguments, for the run's logged hyperparameters."""
@@ -84,6 +102,16 @@ class ShapesSource(DataSource):
     def train_captions(self, image_size: int) -> list[str]:
         self.build_cache(image_size)  # generating the captions means generating the pictures
         return CaptionDataset(self.cache_dir, "train").captions
+
+    def caption_scores(self, candidates: Sequence[str], references: Sequence[Sequence[str]]
+                       ) -> dict[str, float]:
+        """The share of captions naming both objects' colours and shapes right, and the colours
+        alone and the shapes alone (`vitbert.data.shapes_captions`); one caption per picture."""
+        shares = shapes_captions.colour_shape_shares(candidates, [rs[0] for rs in references])
+        return shares or {}
+
+    def caption_score_labels(self) -> dict[str, str]:
+        return dict(shapes_captions.CAPTION_SCORE_LABELS)
 
 
 class Flickr30kSource(DataSource):

@@ -1,10 +1,11 @@
-"""Caption figures at every validation and test: BLEU-4, CIDEr-D, colour and shape words.
+"""Caption figures at every validation and test: BLEU-4, CIDEr-D and the data source's own.
 
 :class:`CaptionEvaluation` writes greedy captions for the images of the split (a fixed sample of
 ``num_images`` at each validation, so it stays fast; every image in ``test``), scores them
-against *all* references of each image, and logs ``{stage}/bleu4``, ``{stage}/cider`` and, on the
-shapes data, ``{stage}/colour_shape`` (the share of captions naming both objects' colours and
-shapes right). The control, suffixed ``_text``, is the caption written from no image at all.
+against *all* references of each image, and logs ``{stage}/bleu4``, ``{stage}/cider`` and
+whatever figures the data module's source adds (``DataSource.caption_scores``: on the shapes
+data, ``{stage}/colour_shape``, the share of captions naming both objects' colours and shapes
+right). The control, suffixed ``_text``, is the caption written from no image at all.
 Under DDP each process writes the captions of every ``world_size``-th image and they are
 gathered, so every process scores the whole sample, and the work is shared.
 It runs only for a model trained with the generation objective (``generation_probability`` > 0);
@@ -12,6 +13,8 @@ an MLM-only run is left exactly as it was.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import lightning as L
 import numpy as np
@@ -66,8 +69,10 @@ class CaptionEvaluation(L.Callback):
         if (not pl_module.hparams.get("generation_probability") or datamodule is None
                 or pl_module.tokenizer is None):
             return
+        source = getattr(datamodule, "source", None)
         figures = caption_figures(pl_module.net, pl_module.tokenizer, datamodule.dataset(split),
-                                  limit, self.batch_size, trainer.global_rank, trainer.world_size)
+                                  limit, self.batch_size, trainer.global_rank, trainer.world_size,
+                                  getattr(source, "caption_scores", None))
         pl_module.log_dict({f"{stage}/{name}": value for name, value in figures.items()})
 
 
@@ -104,15 +109,21 @@ def gather_in_order(mine: list, world_size: int) -> list:
     return [share[i] for i in range(len(shares[0])) for share in shares if i < len(share)]
 
 
+CaptionScores = Callable[[Sequence[str], Sequence[Sequence[str]]], dict[str, float]]
+
+
 def caption_figures(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,
-                    rank: int = 0, world_size: int = 1) -> dict[str, float]:
-    """BLEU-4, CIDEr-D (and colour_shape) of greedy captions, with the image and without
-    (``rank`` / ``world_size``: the images shared among DDP processes, :func:`write_captions`)."""
+                    rank: int = 0, world_size: int = 1, scores: CaptionScores | None = None
+                    ) -> dict[str, float]:
+    """BLEU-4, CIDEr-D and ``scores`` (a data source's own figures, ``(candidates, references)
+    → {name: value}``) of greedy captions, with the image and without (``rank`` /
+    ``world_size``: the images shared among DDP processes, :func:`write_captions`)."""
     captions, text_only, references = write_captions(net, tokenizer, dataset, limit, batch_size,
                                                      rank, world_size)
     figures = {}
     for suffix, written in (("", captions), ("_text", [text_only] * len(captions))):
         metrics = CaptionMetrics()
         metrics.update(written, references)
-        figures |= {f"{name}{suffix}": value for name, value in metrics.compute().items()}
+        extra = scores(written, references) if scores is not None else {}
+        figures |= {f"{name}{suffix}": value for name, value in (metrics.compute() | extra).items()}
     return figures

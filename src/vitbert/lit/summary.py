@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import lightning as L
 from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.utilities import rank_zero_only
@@ -16,11 +18,14 @@ COLUMNS = [("loss", "")] + [(f"top{k}", "") for k in TOP_K] + [
 GAINS = (("image_gain_top1", ANOTHER_PHOTO), ("image_gain_vs_text_top1", TEXT_ONLY))
 
 
-def format_figures(figures: dict[str, float], stage: str = "val") -> str:
+def format_figures(figures: dict[str, float], stage: str = "val",
+                   caption_labels: Mapping[str, str] | None = None) -> str:
     """Rows: the conditions; columns: loss and top-k (all pieces, content words); then the gains.
 
     The headline gain is with the photo minus another image's photo (what the photo's content
-    adds); with the photo minus text only follows on its own line.
+    adds); with the photo minus text only follows on its own line. ``caption_labels``: the data
+    source's own caption figures (``DataSource.caption_score_labels``), see
+    :func:`format_caption_figures`.
     """
     header = f"{'':<26}" + "".join(f"{base + content:>14}" for base, content in COLUMNS)
     lines = [header, "-" * len(header)]
@@ -44,23 +49,29 @@ def format_figures(figures: dict[str, float], stage: str = "val") -> str:
     if skipped:
         lines.append(f"({skipped} captions had no other image in their batch and are not in the "
                      f"'{ANOTHER_PHOTO.description}' row)")
-    lines += format_caption_figures(figures, stage)
+    lines += format_caption_figures(figures, stage, caption_labels)
     return "\n".join(lines)
 
 
-def format_caption_figures(figures: dict[str, float], stage: str = "val") -> list[str]:
-    """One line each, with the photo and from no image: BLEU-4, CIDEr-D, colour and shape."""
+def format_caption_figures(figures: dict[str, float], stage: str = "val",
+                           caption_labels: Mapping[str, str] | None = None) -> list[str]:
+    """One line each, with the photo and from no image: BLEU-4, CIDEr-D, then the data source's
+    own figures named in ``caption_labels`` (name → label, in order): the first as a headline
+    share, the rest as its parts in parentheses."""
     lines = []
     for suffix, description in (("", "captions, with the photo"), ("_text", "captions, no image")):
         if f"{stage}/cider{suffix}" not in figures:
             continue
         line = (f"{description:<26}BLEU-4 {100 * figures[f'{stage}/bleu4{suffix}']:.1f}   "
                 f"CIDEr-D {100 * figures[f'{stage}/cider{suffix}']:.1f}")
-        if f"{stage}/colour_shape{suffix}" in figures:
-            share = {name: 100 * figures[f"{stage}/{name}{suffix}"]
-                     for name in ("colour_shape", "colours", "shapes")}
-            line += (f"   colours and shapes all right {share['colour_shape']:.1f}% "
-                     f"(colours {share['colours']:.0f}%, shapes {share['shapes']:.0f}%)")
+        shares = [(label, 100 * figures[f"{stage}/{name}{suffix}"])
+                  for name, label in (caption_labels or {}).items()
+                  if f"{stage}/{name}{suffix}" in figures]
+        if shares:
+            (label, headline), *parts = shares
+            line += f"   {label} {headline:.1f}%"
+            if parts:
+                line += " (" + ", ".join(f"{label} {share:.0f}%" for label, share in parts) + ")"
         lines.append(line)
     return lines
 
@@ -93,7 +104,9 @@ class ValidationSummary(L.Callback):
         if not figures:
             return
         note = "" if step or trainer.state.fn == "fit" else " (untrained: no --ckpt_path given)"
-        print(f"\n{title} after {step} steps{note}:\n{format_figures(figures, stage)}")
+        source = getattr(getattr(trainer, "datamodule", None), "source", None)
+        labels = source.caption_score_labels() if source is not None else None
+        print(f"\n{title} after {step} steps{note}:\n{format_figures(figures, stage, labels)}")
 
 
 class ParameterCount(ModelSummary):
