@@ -248,12 +248,9 @@ def bench_captions(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, 
     torch.manual_seed(0)
     pieces = min(args.caption_pieces, config.text.max_len - 1)
     net = VitBert(config)
-    if net.pointer is not None:  # the word pointer reads the photos and works after colours
-        net.pointer.bind(tokenizer)
     out = caption_benchmark(net, tokenizer, batches[0]["images"],
                             tuple(args.caption_batch_sizes), pieces, args.caption_rounds)
-    out["model"] = "fresh model at the training config's sizes" + (
-        ", with its word pointer" if net.pointer is not None else "")
+    out["model"] = "fresh model at the training config's sizes"
     return out
 
 

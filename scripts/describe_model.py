@@ -98,9 +98,6 @@ def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
         f"text:  D={text.dim}, {text.depth} blocks, {text.num_heads} heads, max_len={text.max_len},"
         f" vocab={config.vocab_size} (decoder tied to the word embedding)",
         f"image tokens into the text: {model.num_image_tokens} ({config.image_tokens})",
-        *([f"word pointer: after {', '.join(config.pointer.key_words)}, one of "
-           f"{', '.join(config.pointer.value_words)}, read where the word points"]
-          if config.pointer.enabled else []),
         "",
         f"{'module':<44} {'class':<22} {'parameters':>13}",
     ]

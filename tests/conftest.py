@@ -69,7 +69,7 @@ def data_args(root: Path) -> list[str]:
 def trained(tmp_path_factory) -> Trained:
     from vitbert.cli import main
     from vitbert.io import TOKENIZER_FILE, export, load_model
-    from vitbert.models import PointerConfig, VitBert
+    from vitbert.models import VitBert
 
     root = tmp_path_factory.mktemp("trained")
     with pytest.MonkeyPatch.context() as mp:
@@ -83,7 +83,6 @@ def trained(tmp_path_factory) -> Trained:
     model, _ = load_model(ckpt)
     config = model.config
     config.image_tokens = "pooled"
-    config.pointer = PointerConfig()  # the word pointer reads patches: none with one token
     pooled = root / "pooled"
     VitBert(config).save_pretrained(pooled)
     shutil.copy(exported / TOKENIZER_FILE, pooled / TOKENIZER_FILE)

@@ -1,9 +1,12 @@
-"""`train.py fit --help` shows the values a run would use: every setting of the embedded default
-(configs/default.yaml) is also the parser's default, so the file only repeats, never overrides."""
+"""The embedded default and the class defaults: configs/default.yaml's values are what a run
+without --config uses; the classes' own defaults are neutral (no attention window, no word
+detection: nothing that only the shapes data wants), and the file switches on, explicitly and
+only there, what the embedded default needs (:data:`SWITCHED_ON`). Every config parses."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
@@ -57,15 +60,38 @@ def lookup(tree: dict, dotted: str):
     return tree
 
 
-def test_every_embedded_default_is_the_parsers_default(defaults):
+# What configs/default.yaml switches on over the neutral class defaults, with the class default.
+SWITCHED_ON = {"model.net.image.attention_radius": (2, None),
+               "model.word_detection_weight": (10.0, 0.0)}
+
+
+def parse(config: Path) -> dict:
+    """``train.py fit --config config`` as train.py parses it (the main parser), as a dict."""
+    args = ["fit", "--config", str(config)]
+    with pytest.raises(_ParsersBuiltError) as stopped:
+        _cli(args, cli_class=_ParsersOnly)
+    return stopped.value.cli.parser.parse_args(args).fit.as_dict()
+
+
+def as_yaml(value):  # YAML has lists where the dataclasses keep tuples
+    return list(value) if isinstance(value, tuple) else value
+
+
+def test_a_run_uses_every_value_of_the_embedded_default():
     embedded = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    parsed = parse(DEFAULT_CONFIG)
+    differ = {key: (value, lookup(parsed, key)) for key, value in leaves(embedded)
+              if as_yaml(lookup(parsed, key)) != value}
+    assert not differ, f"configs/default.yaml value vs the parsed run's: {differ}"
 
-    def as_yaml(value):  # YAML has lists where the dataclasses keep tuples
-        return list(value) if isinstance(value, tuple) else value
 
+def test_the_class_defaults_are_neutral_and_the_embedded_default_switches_on_the_rest(defaults):
+    assert lookup(defaults, "model.net.image.attention_radius") is None  # global, as every ViT
+    assert lookup(defaults, "model.word_detection_weight") == 0.0  # no word detection head
+    embedded = yaml.safe_load(DEFAULT_CONFIG.read_text())
     differ = {key: (value, lookup(defaults, key)) for key, value in leaves(embedded)
               if as_yaml(lookup(defaults, key)) != value}
-    assert not differ, f"configs/default.yaml value vs parser default: {differ}"
+    assert differ == SWITCHED_ON, "configs/default.yaml switches on exactly these, explicitly"
 
 
 def test_the_defaults_that_once_differed(defaults):
@@ -106,12 +132,10 @@ def test_fit_help_explains_every_architecture_setting(fit_parser):
 
 @pytest.mark.parametrize("name", ["flickr30k", "flickr30k_hybrid", "flickr30k_patches",
                                   "flickr_small"])
-def test_the_photo_configs_build_no_word_pointer(name):
-    """The default's pointer names the shapes' words; a photo config must say it has none, or
-    the parser's default would give it that one (for a pooled model, an error at start)."""
-    args = ["fit", "--config", str(DEFAULT_CONFIG.parent / f"{name}.yaml")]
-    with pytest.raises(_ParsersBuiltError) as stopped:
-        _cli(args, cli_class=_ParsersOnly)
-    parsed = stopped.value.cli.parser.parse_args(args)  # as train.py parses: the main parser
-    pointer = parsed.fit.model.net.pointer
-    assert not pointer.key_words and not pointer.value_words
+def test_the_photo_configs_parse_and_take_the_neutral_defaults(name):
+    """A photo config needs no opt-out line for what only the shapes data wants."""
+    parsed = parse(DEFAULT_CONFIG.parent / f"{name}.yaml")
+    assert lookup(parsed, "model.net.image.attention_radius") is None
+    assert lookup(parsed, "model.word_detection_weight") == 0.0
+    text = (DEFAULT_CONFIG.parent / f"{name}.yaml").read_text()
+    assert "attention_radius" not in text and "word_detection" not in text

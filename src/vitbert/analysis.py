@@ -8,7 +8,7 @@ The another-photo reading is the shared control (``vitbert.lit.conditions.anothe
 caption meets the photo of a *different* image of its batch); captions whose batch holds no other
 image are left out of every reading here, so all three readings cover the same targets.
 
-Word classes (a small lexicon, not a tagger): ``colour`` (``masking.COLOUR_WORDS``), ``function``
+Word classes (a small lexicon, not a tagger): ``colour`` (:data:`COLOUR_WORDS`), ``function``
 (``masking.STOP_WORDS``), ``verb`` (ends in -ing, or in :data:`VERBS`), ``noun`` (every other
 content word: mostly nouns, with the non-colour adjectives).
 """
@@ -27,11 +27,17 @@ from torch.utils.data import DataLoader
 
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.features import select_captions
-from vitbert.data.masking import COLOUR_WORDS, IGNORE_INDEX, STOP_WORDS, MLMCollator
+from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import load_model
 from vitbert.lit.conditions import ANOTHER_PHOTO, TEXT_ONLY, WITH_PHOTO, another_photo
 from vitbert.lit.loss import masked_logits
 
+# Colour words: the word class this analysis reports on (the model knows no word list).
+_COLOUR_WORDS = """
+    black white brown red blue green yellow orange pink purple grey gray tan blond blonde golden
+    silver dark light colorful colourful
+"""
+COLOUR_WORDS = frozenset(_COLOUR_WORDS.split())
 _VERBS = """
     sits stands runs jumps walks plays rides looks holds wears climbs swims throws catches
     sit stand run jump walk play ride look hold wear climb swim throw catch lays lies

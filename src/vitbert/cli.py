@@ -202,16 +202,27 @@ def main(args: list[str] | None = None) -> VitBertCLI:
 
 
 # Model settings added after checkpoints were written, with the value that does what those runs
-# did (the architecture's own, attention_radius and pointer, are VitBertConfig.from_dict's).
-SETTINGS_ADDED_SINCE = {"word_detection_colour_swaps": 0.0, "pointer_tower_weight": 0.0}
+# did (the architecture's own, such as attention_radius, are VitBertConfig.from_dict's). None
+# today: the last ones belonged to the word pointer and the colour-swapped copies, removed.
+SETTINGS_ADDED_SINCE: dict[str, object] = {}
+# Model settings removed since (the word pointer's and the colour-swapped copies', a shapes-only
+# add-on): a checkpoint that holds them reads without them, and without the pointer's weights
+# (vitbert.io.drop_removed_weights; its net.pointer goes in VitBertConfig.from_dict).
+SETTINGS_REMOVED = ("word_detection_colour_swaps", "pointer_tower_weight")
+OPTIMIZER_SETTINGS_REMOVED = ("pointer_lr_mult",)
 
 
 def stored_model_settings(hparams: dict) -> dict:
     """A checkpoint's ``hyper_parameters`` as this version reads them: the architecture through
-    :meth:`VitBertConfig.from_dict` (a model from before local attention attended globally, one
-    from before the word pointer has none) and the module's settings it lacks as
-    :data:`SETTINGS_ADDED_SINCE`, never as today's defaults, which would change the model."""
+    :meth:`VitBertConfig.from_dict` (a model from before local attention attended globally), the
+    module's settings it lacks as :data:`SETTINGS_ADDED_SINCE`, never as today's defaults, which
+    would change the model, and without the settings removed since (:data:`SETTINGS_REMOVED`)."""
     hparams = {**SETTINGS_ADDED_SINCE, **hparams}
+    for name in SETTINGS_REMOVED:
+        hparams.pop(name, None)
+    if isinstance(hparams.get("optimizer"), dict):
+        hparams["optimizer"] = {key: value for key, value in hparams["optimizer"].items()
+                                if key not in OPTIMIZER_SETTINGS_REMOVED}
     if "net" in hparams:
         hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
     return hparams
@@ -219,7 +230,8 @@ def stored_model_settings(hparams: dict) -> dict:
 
 def _embedded_defaults() -> dict:
     """The seed and Trainer settings of configs/default.yaml: --help shows what a run uses (the
-    model's and the data's class defaults are that file's values; tests/test_cli_defaults.py)."""
+    model's and the data's class defaults are neutral; that file switches on what the embedded
+    default needs, tests/test_cli_defaults.py)."""
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
     return {"seed_everything": config["seed_everything"], "trainer": config["trainer"]}
 

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups, warmup_cosine
-from vitbert.models import PointerConfig, WordPointer
 from vitbert.nn import BlockConfig, Encoder, RelativePositionBias2D
 
 
@@ -21,7 +20,6 @@ class Toy(nn.Module):
         self.bias = RelativePositionBias2D(2, (2, 2))
         self.decoder = nn.Linear(4, 10)
         self.decoder.weight = self.word.weight  # tied, as in the MLM head
-        self.pointer = WordPointer(PointerConfig(("red",), ("circle",)), 4, 8, 2)
 
 
 def groups_by_name(model, config):
@@ -45,16 +43,13 @@ def test_decay_only_on_matrices_of_linear_layers():
 
 
 def test_learning_rate_multipliers_per_part():
-    config = OptimizerConfig(lr=1e-3, image_tower_lr_mult=0.1, relative_bias_lr_mult=10.0,
-                             pointer_lr_mult=5.0)
+    config = OptimizerConfig(lr=1e-3, image_tower_lr_mult=0.1, relative_bias_lr_mult=10.0)
     model = Toy()
     found = groups_by_name(model, config)
     assert found["image_tower.0.weight"][1] == 0.1
     assert found["bias.table"][1] == 10.0
-    assert {found[name] for name in found if name.startswith("pointer.")} == {(0.05, 5.0),
-                                                                               (0.0, 5.0)}
     names = {g["name"] for g in parameter_groups(model, config)}
-    assert {"decay", "no_decay", "no_decay_lr_x10", "decay_lr_x0.1", "decay_lr_x5"} <= names
+    assert {"decay", "no_decay", "no_decay_lr_x10", "decay_lr_x0.1"} <= names
     assert found["encoder.blocks.0.attn.qkv.weight"][1] == 1.0
     optimizer = build_optimizer(model, config)
     lrs = {p: g["lr"] for g in optimizer.param_groups for p in g["params"]}

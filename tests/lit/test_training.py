@@ -128,28 +128,38 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
         fit(tmp, "--ckpt_path", str(last), steps=16, run="resumed")
 
 
-def test_a_checkpoint_from_before_the_word_pointer_resumes_as_it_was_trained(tmp_path,
-                                                                              monkeypatch):
-    """A setting a checkpoint predates is read as what its run did, not as today's default: a
-    run from before the word pointer and the colour-swapped copies resumes without either (with
-    today's defaults its weights and optimizer state would not even load)."""
+def test_a_checkpoint_with_the_removed_word_pointer_validates_without_it(trained, tmp_path,
+                                                                          monkeypatch, capsys):
+    """A checkpoint written while the word pointer and the colour-swapped copies existed (made
+    here from this run's: the pointer's weights and settings, the removed module settings)
+    validates as the model it holds, the pointer dropped with one warning; resuming it (its run
+    trained with them, its optimizer state holds them) stops with one line naming the fix."""
+    tmp, cli = trained
     monkeypatch.chdir(tmp_path)
-    fit(tmp_path, "--model.net.pointer.key_words", "[]", "--model.word_detection_colour_swaps",
-        "0", steps=8, run="old")
-    path = tmp_path / "old" / "checkpoints" / "last.ckpt"
-    checkpoint = torch.load(path, weights_only=True)
-    del checkpoint["hyper_parameters"]["net"]["pointer"]  # as an older version wrote it
-    del checkpoint["hyper_parameters"]["word_detection_colour_swaps"]
-    del checkpoint["hyper_parameters"]["pointer_tower_weight"]
-    torch.save(checkpoint, path)
-    cli = fit(tmp_path, "--ckpt_path", str(path), steps=12, run="resumed")
-    assert cli.trainer.global_step == 12
-    assert cli.model.net.pointer is None and cli.model.hparams.word_detection_colour_swaps == 0
-    assert cli.model.hparams.pointer_tower_weight == 0
-    cli = main(["validate", *TINY_MODEL, *tiny_shapes(tmp_path / "shapes"), "--ckpt_path",
-                str(path), "--trainer.enable_progress_bar", "false",
-                "--trainer.default_root_dir", str(tmp_path / "validated")])
-    assert cli.model.net.pointer is None
+    checkpoint = torch.load(tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["state_dict"]["net.pointer.query.weight"] = torch.ones(6, 32)
+    checkpoint["state_dict"]["net.pointer.key_ids"] = torch.arange(6)
+    hparams = checkpoint["hyper_parameters"]
+    hparams["net"]["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "dim": 32}
+    hparams |= {"word_detection_colour_swaps": 1.0, "pointer_tower_weight": 1.0}
+    hparams["optimizer"]["pointer_lr_mult"] = 5.0
+    old = tmp_path / "old.ckpt"
+    torch.save(checkpoint, old)
+    with pytest.warns(UserWarning, match="word pointer") as caught:
+        validated = main(["validate", *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--ckpt_path",
+                          str(old), "--trainer.enable_progress_bar", "false",
+                          "--trainer.default_root_dir", str(tmp_path / "validated")])
+    assert len([w for w in caught if "word pointer" in str(w.message)]) == 1
+    assert not hasattr(validated.model.net, "pointer")
+    assert "word_detection_colour_swaps" not in validated.model.hparams
+    for name, weight in cli.model.net.state_dict().items():
+        torch.testing.assert_close(validated.model.net.state_dict()[name], weight)
+    assert "val/top1" in validated.trainer.callback_metrics
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        fit(tmp, "--ckpt_path", str(old), steps=20, run="resumed_old")
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "word pointer" in line and "--model.init_from" in line
 
 
 def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
@@ -176,11 +186,6 @@ def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
     assert net.mlm_head.decoder.weight is net.text.embeddings.word.weight
     for name in ("text.encoder.blocks.0.attn.qkv.weight", "image_tower.encoder.norm.weight"):
         torch.testing.assert_close(net.state_dict()[name], source.state_dict[name])
-    # The word pointer's ids are the new tokenizer's, not the source's copied over.
-    words = (*net.config.pointer.key_words, *net.config.pointer.value_words)
-    assert [*net.pointer.key_ids.tolist(), *net.pointer.value_ids.tolist()] == [
-        new_vocab.get(word, -1) for word in words]
-    assert [new_vocab.get(w, -1) for w in words] != [old_vocab.get(w, -1) for w in words]
 
 
 def test_itm_trains_logs_and_checkpoints_load_either_way(trained, tmp_path, monkeypatch, capsys):

@@ -54,19 +54,20 @@ def test_default_is_the_patch_token_model():
 
 
 def test_a_stored_config_from_before_local_attention_loads_as_global():
-    stored = VitBertConfig().to_dict()
-    assert stored["image"]["attention_radius"] == 2  # the embedded default attends locally
-    assert VitBertConfig.from_dict(stored) == VitBertConfig()
+    stored = VitBertConfig(image=ImageTowerConfig(attention_radius=2)).to_dict()
+    assert VitBertConfig.from_dict(stored).image.attention_radius == 2
     del stored["image"]["attention_radius"]  # written before the setting existed
     assert VitBertConfig.from_dict(stored).image.attention_radius is None
     with pytest.raises(ValueError, match="attention_radius=-1"):
         ImageTowerConfig(attention_radius=-1)
 
 
-def test_the_default_pointer_names_the_shapes_datas_colours_and_shapes():
-    from vitbert.data.shapes import COLOURS, SHAPES
-
-    pointer = preset("default").pointer
-    assert pointer.key_words == tuple(COLOURS) and pointer.value_words == SHAPES
-    assert not VitBertConfig().pointer.enabled  # the bare dataclass: no pointer
-    assert all(not preset(name).pointer.enabled for name in PRESETS if name != "default")
+def test_the_class_defaults_attend_globally_and_a_stored_word_pointer_is_dropped():
+    """No window by default (global attention, as every pretrained ViT; the embedded default
+    asks for one); the word pointer (a shapes-only decoding add-on, removed) in a stored config
+    reads as no setting at all."""
+    assert VitBertConfig().image.attention_radius is None
+    assert preset("default") == VitBertConfig(image=ImageTowerConfig(attention_radius=2))
+    stored = VitBertConfig().to_dict()
+    stored["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "key_presence": True}
+    assert VitBertConfig.from_dict(stored) == VitBertConfig()

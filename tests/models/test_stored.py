@@ -4,6 +4,7 @@ every kind of load, safe unpickling, shareable files."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import stat
 
@@ -12,7 +13,7 @@ import torch
 
 from vitbert import io
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
-from vitbert.models import PointerConfig, VitBert
+from vitbert.models import VitBert
 
 CAPTIONS = ["a red circle left of a blue square", "a small green cross above a large diamond"]
 
@@ -91,13 +92,8 @@ def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer, tiny_config)
     assert _tied(target)
 
 
-@pytest.mark.parametrize("pointer", [False, True])
-def test_exported_folder_round_trip_is_bit_identical(tmp_path, tiny_config, pointer):
-    words = PointerConfig(("red", "blue"), ("circle", "square")) if pointer else PointerConfig()
-    model = VitBert(tiny_config(pointer=words))
-    if pointer:  # the ids a tokenizer gave it travel with the weights
-        model.pointer.key_ids.copy_(torch.tensor([7, 9]))
-        model.pointer.value_ids.copy_(torch.tensor([11, -1]))
+def test_exported_folder_round_trip_is_bit_identical(tmp_path, tiny_config):
+    model = VitBert(tiny_config())
     model.save_pretrained(tmp_path / "a")
     loaded = VitBert.from_pretrained(tmp_path / "a")
     assert loaded.state_dict().keys() == model.state_dict().keys()
@@ -172,3 +168,37 @@ def test_a_checkpoint_whose_pickle_runs_code_is_refused(tmp_path, ckpt):
     assert not marker.exists() and not (tmp_path / "out").exists()
     torch.load(evil, weights_only=False)  # the payload is real: an unsafe load runs it
     assert marker.is_dir()
+
+
+def _with_word_pointer(state: dict[str, torch.Tensor], config: dict, prefix: str = "") -> None:
+    """Add what a model with the word pointer (removed) stored: its weights and its settings."""
+    state[f"{prefix}pointer.query.weight"] = torch.ones(6, 32)
+    state[f"{prefix}pointer.key_ids"] = torch.arange(6)
+    config["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "key_presence": True}
+
+
+def test_an_old_checkpoint_with_the_word_pointer_loads_without_it_and_warns_once(ckpt, tmp_path):
+    """The word pointer was an add-on only decoding used: a checkpoint or an exported folder
+    that holds one loads the rest exactly, the pointer dropped with one warning line."""
+    path, model = ckpt
+    checkpoint = torch.load(path, weights_only=True)
+    _with_word_pointer(checkpoint["state_dict"], checkpoint["hyper_parameters"]["net"], "net.")
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    model.save_pretrained(tmp_path / "folder")
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "folder" / io.WEIGHTS_FILE)
+    config = json.loads((tmp_path / "folder" / io.CONFIG_FILE).read_text())
+    _with_word_pointer(weights, config)
+    save_file(weights, tmp_path / "folder" / io.WEIGHTS_FILE)
+    (tmp_path / "folder" / io.CONFIG_FILE).write_text(json.dumps(config))
+    for old in (tmp_path / "old.ckpt", tmp_path / "folder"):
+        with pytest.warns(UserWarning) as caught:
+            loaded = io.build_model(VitBert, io.read_checkpoint(old))
+        assert [str(w.message) for w in caught] == [io.REMOVED_WEIGHTS_WARNING], old
+        assert "word pointer" in io.REMOVED_WEIGHTS_WARNING
+        assert loaded.config == model.config and not hasattr(loaded, "pointer")
+        assert loaded.state_dict().keys() == model.state_dict().keys()
+        for key, value in model.state_dict().items():
+            assert torch.equal(loaded.state_dict()[key], value), key
+        assert _tied(loaded)

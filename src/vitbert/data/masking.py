@@ -33,17 +33,6 @@ _FUNCTION_WORDS = """
 """
 STOP_WORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(".,;:!?'\"-()")
 
-# Colour words (a small lexicon, not a tagger): the word class `vitbert.analysis` reports on, and,
-# without the ones a swap of the colour channels keeps (black, white, grey, dark, light, colourful),
-# the words colour-swapped copies are not asked for (vitbert.lit.objectives).
-_COLOUR_WORDS = """
-    black white brown red blue green yellow orange pink purple grey gray tan blond blonde golden
-    silver dark light colorful colourful
-"""
-COLOUR_WORDS = frozenset(_COLOUR_WORDS.split())
-ACHROMATIC_WORDS = frozenset(("black", "white", "grey", "gray", "dark", "light", "colorful",
-                              "colourful"))
-
 IGNORE_INDEX = -100
 
 

@@ -9,10 +9,6 @@ and the new [MASK], whose own keys are then dropped. ``use_cache=False`` re-read
 sequence every step through ``VitBert.forward(attention_mode="seq2seq")``: the same tokens,
 slower, and the reference the cached path is tested against.
 
-A model with a word pointer (:mod:`vitbert.models.pointer`) reads each photo's pointer keys and
-values once too; after a key word (a colour) the text head's probability of a value word (a
-shape) is shared among the value words as the pointer says, in greedy and beam search alike.
-
 Mask-Predict (Ghazvininejad et al. 2019) needs no generation training: write N [MASK]s between
 [CLS] and [SEP], predict them all under the bidirectional mask, re-mask the least confident and
 predict again, T times, for several lengths N; keep the length whose words are most probable.
@@ -71,16 +67,9 @@ class _NextWord:
         self.model, self.tokens, self.images = model, tokens, images
         self.cache = KVCache(len(model.text.encoder.blocks)) if use_cache else None
         self.written = 0  # text pieces whose keys and values the cache holds
-        pointer = getattr(model, "pointer", None)
-        tower = None
-        if images is not None and (self.cache is not None or pointer is not None):
-            tower = model.tower_tokens(images)  # (R, N, D_img), read once
-        # After a colour word, the word pointer re-shares the next piece (vitbert.models.pointer).
-        self.grounding = (pointer.read(images, tower)
-                          if pointer is not None and images is not None else None)
         if self.cache is not None and images is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
-            image = model.text.embeddings.image(model.encode_image(image_features=tower))
+            image = model.text.embeddings.image(model.encode_image(images))  # (R, N, D)
             model.text.encoder(image, cache=self.cache)  # (R, N, D) kept as keys and values
         self.num_rows = rows
 
@@ -91,18 +80,9 @@ class _NextWord:
             self.cache.select(index)
         elif self.images is not None:
             self.images = self.images[index]
-        if self.grounding is not None:
-            self.grounding = self.grounding.select(index)
 
     def __call__(self, written: Tensor) -> Tensor:
         """written (R, t) pieces from [CLS] on → (R, V) log-probabilities of piece t + 1."""
-        log_probs = self._text_head(written)
-        if self.grounding is None:
-            return log_probs
-        return self.model.pointer.next_word(log_probs, written, self.grounding)
-
-    def _text_head(self, written: Tensor) -> Tensor:
-        """The text head's (R, V) log-probabilities of piece t + 1 after ``written`` (R, t)."""
         R, t = written.shape
         mask_column = written.new_full((R, 1), self.tokens.mask)
         if self.cache is None:

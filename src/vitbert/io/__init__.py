@@ -11,6 +11,8 @@
 
 from vitbert.io.files import (
     CONFIG_FILE,
+    REMOVED_WEIGHTS,
+    REMOVED_WEIGHTS_WARNING,
     TIED_KEY,
     TIED_SOURCE,
     TOKENIZER_FILE,
@@ -18,7 +20,9 @@ from vitbert.io.files import (
     WEIGHTS_FILE,
     CheckpointError,
     StoredModel,
+    build_model,
     check_same_vocabulary,
+    drop_removed_weights,
     not_a_checkpoint,
     read_checkpoint,
     stored_tokenizer,
@@ -30,6 +34,8 @@ from vitbert.io.transfer import TransferReport, transfer_weights
 
 __all__ = [
     "CONFIG_FILE",
+    "REMOVED_WEIGHTS",
+    "REMOVED_WEIGHTS_WARNING",
     "TIED_KEY",
     "TIED_SOURCE",
     "TOKENIZER_FILE",
@@ -38,7 +44,9 @@ __all__ = [
     "CheckpointError",
     "StoredModel",
     "TransferReport",
+    "build_model",
     "check_same_vocabulary",
+    "drop_removed_weights",
     "export",
     "initialize",
     "load_image_weights",

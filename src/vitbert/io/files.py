@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,11 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", 
 TIED_KEY, TIED_SOURCE = "mlm_head.decoder.weight", "text.embeddings.word.weight"
 _SHARED_FILE_MODE, _SHARED_FOLDER_MODE = 0o644, 0o755  # exported models are for others to read
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # what a config passed by mistake looks like
+# The word pointer, a decoding add-on keyed on the shapes data's colour and shape words, was
+# removed. It served decoding only: a model that held one writes with its text head alone.
+REMOVED_WEIGHTS = "pointer."
+REMOVED_WEIGHTS_WARNING = ("this checkpoint's word pointer (a shapes-only decoding add-on, "
+                           "removed) is ignored")
 
 
 class CheckpointError(ValueError):
@@ -94,6 +100,7 @@ def read_checkpoint(path: str | Path) -> StoredModel:
         for key, value in checkpoint["state_dict"].items()
         if key.startswith("net.")
     }
+    state_dict = drop_removed_weights(state_dict)
     config = VitBertConfig.from_dict(hparams["net"])
     return StoredModel(config, state_dict, checkpoint.get(TOKENIZER_KEY), str(path))
 
@@ -148,6 +155,16 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else ""
 
 
+def drop_removed_weights(state_dict: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+    """``state_dict`` without the removed word pointer's weights (``{prefix}pointer.*``), with one
+    warning when it held any: the rest is the model as it was trained."""
+    removed = prefix + REMOVED_WEIGHTS
+    kept = {key: value for key, value in state_dict.items() if not key.startswith(removed)}
+    if len(kept) < len(state_dict):
+        warnings.warn(REMOVED_WEIGHTS_WARNING, stacklevel=2)
+    return kept
+
+
 def _read_exported(folder: Path) -> StoredModel:
     from safetensors.torch import load_file
 
@@ -160,7 +177,7 @@ def _read_exported(folder: Path) -> StoredModel:
     config = VitBertConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
     tokenizer_path = folder / TOKENIZER_FILE
     tokenizer_json = tokenizer_path.read_text() if tokenizer_path.is_file() else None
-    state_dict = load_file(folder / WEIGHTS_FILE)
+    state_dict = drop_removed_weights(load_file(folder / WEIGHTS_FILE))
     state_dict.setdefault(TIED_KEY, state_dict[TIED_SOURCE])  # stored once: see write_exported
     return StoredModel(config, state_dict, tokenizer_json, str(folder))
 

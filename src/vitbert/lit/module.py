@@ -13,28 +13,34 @@ import dataclasses
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
-from vitbert.io import TOKENIZER_KEY, initialize, stored_tokenizer
+from vitbert.io import (
+    REMOVED_WEIGHTS,
+    TOKENIZER_KEY,
+    CheckpointError,
+    drop_removed_weights,
+    initialize,
+    stored_tokenizer,
+)
 from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
-from vitbert.lit.objectives import SWAPPED_COLOUR_WORDS, itm_loss, training_loss, word_ids
+from vitbert.lit.objectives import itm_loss, training_loss
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
-from vitbert.models import ITMHead, VitBert, VitBertConfig, WordDetectorHead, preset
+from vitbert.models import ITMHead, VitBert, VitBertConfig, WordDetectorHead
 
 
 class MaskedLMModule(L.LightningModule):
     """Masked-language modelling on captions, with the photo as extra context.
 
     Args:
-        net: the architecture (image tower, text tower, how many image tokens, the word
-            pointer); by default the ``default`` preset, the embedded default's.
+        net: the architecture (image tower, text tower, how many image tokens); by default the
+            dataclass defaults (configs/default.yaml adds a local attention window).
         vocab_size: linked from the data module (the tokenizer's size); overrides ``net``'s.
         pad_token_id: linked from the data module.
         optimizer: AdamW, weight-decay groups, per-group learning-rate multipliers, schedule.
@@ -55,41 +61,19 @@ class MaskedLMModule(L.LightningModule):
             :mod:`vitbert.lit.objectives`) added on every training batch; 0: no head, no change.
         word_detection_weight: weight of the word detection loss (``word_head``: which content
             words a photo's captions use, from the image tower alone; see
-            :func:`vitbert.lit.objectives.word_detection_loss`); 0: no head, no change. 10 is
-            the embedded default's: without it the tower never learns the shapes there.
-        word_detection_colour_swaps: the share of each batch's photos whose word detection is
-            also asked of a copy with the colour channels swapped, for the words other than
-            colour names (:func:`vitbert.lit.objectives.colour_swapped_word_loss`: shape features
-            apart from colour); one more tower pass over that share. Used with the word
-            detection only; 0: none. 1 (every photo) is the embedded default's: its tower then
-            names the shapes of the colour-shape pairs training holds out as well as the others,
-            and with the word pointer its test captions pass 80% all right (README); it costs
-            half as much training time again.
-        pointer_tower_weight: weight of the word pointer's tower side
-            (:func:`vitbert.lit.objectives.pointer_tower_loss`: the tokens where a colour points
-            learn to name the shape written after it); with ``net.pointer`` only; 0: none. 1 is
-            the embedded default's: with it 2 epochs train the pointer at every seed measured,
-            where 3 without it left one seed at 84–92% (README).
+            :func:`vitbert.lit.objectives.word_detection_loss`); 0: no head, no change.
+            configs/default.yaml sets 10: without it the tower never learns the shapes there.
     """
 
-    def __init__(self, net: VitBertConfig = preset("default"),  # noqa: B008 (plain, unchanged)
+    def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
                  vocab_size: int = 0, pad_token_id: int = 0,
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
                  num_examples: int = 3, freeze_image_tower: bool = False,
                  generation_probability: float = 0.3, itm_weight: float = 0.0,
-                 word_detection_weight: float = 10.0,
-                 word_detection_colour_swaps: float = 1.0,
-                 pointer_tower_weight: float = 1.0) -> None:
+                 word_detection_weight: float = 0.0) -> None:
         super().__init__()
-        if not 0.0 <= word_detection_colour_swaps <= 1.0:
-            raise ValueError(f"model.word_detection_colour_swaps is a share of the photos, "
-                             f"between 0 and 1; got {word_detection_colour_swaps}")
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
-        if freeze_image_tower and net.pointer.enabled:
-            raise ValueError("model.net.pointer reads the photos' pixels, which a frozen tower's "
-                             "feature cache does not keep: train with model.freeze_image_tower "
-                             "false, or without the pointer (empty key_words)")
         if vocab_size:
             net = dataclasses.replace(net, vocab_size=vocab_size, pad_token_id=pad_token_id)
         if not isinstance(optimizer, OptimizerConfig):  # a checkpoint's plain dict
@@ -107,7 +91,6 @@ class MaskedLMModule(L.LightningModule):
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
-        self._colour_words: tuple[Any, Tensor] | None = None  # (tokenizer, its colour ids)
         self.trained_steps = 0  # the step a loaded checkpoint was trained to
 
     def setup(self, stage: str) -> None:
@@ -119,23 +102,6 @@ class MaskedLMModule(L.LightningModule):
             report = initialize(self.net, self.hparams.init_from, self.tokenizer)
             if report and self.trainer.is_global_zero:
                 print(report)
-        if self.net.pointer is not None and self.tokenizer is not None:
-            # This tokenizer's ids, whatever init_from held; a resumed checkpoint's load after.
-            missing = self.net.pointer.bind(self.tokenizer)
-            if missing:
-                rank_zero_warn(f"model.net.pointer: {', '.join(missing)} are not words of the "
-                               "tokenizer's vocabulary (one piece each): the word pointer never "
-                               "points from or to them. Name words the captions use, or set "
-                               "key_words and value_words to [] for no pointer.")
-
-    @property
-    def colour_word_ids(self) -> Tensor:
-        """(K,) the ids of the colour names a channel swap changes (``SWAPPED_COLOUR_WORDS``) in
-        the tokenizer's vocabulary, looked up once per tokenizer: what swapped copies are not
-        asked for."""
-        if self._colour_words is None or self._colour_words[0] is not self.tokenizer:
-            self._colour_words = (self.tokenizer, word_ids(self.tokenizer, SWAPPED_COLOUR_WORDS))
-        return self._colour_words[1]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.tokenizer is not None:
@@ -144,6 +110,14 @@ class MaskedLMModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.trained_steps = int(checkpoint.get("global_step", 0))
         self.tokenizer = stored_tokenizer(checkpoint, self.tokenizer)
+        weights = checkpoint["state_dict"]
+        if self._trainer is not None and self.trainer.state.fn == "fit" and any(
+                key.startswith("net." + REMOVED_WEIGHTS) for key in weights):
+            # Its optimizer state holds the removed weights too, and its run trained with them.
+            raise CheckpointError(f"--ckpt_path {self.trainer.ckpt_path}: this checkpoint's word "
+                                  f"pointer was removed, so its run cannot resume; start a new "
+                                  f"run from its weights with --model.init_from instead")
+        checkpoint["state_dict"] = drop_removed_weights(weights, prefix="net.")
 
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
@@ -157,9 +131,7 @@ class MaskedLMModule(L.LightningModule):
         hp = self.hparams
         loss, parts = training_loss(self.net, batch, hp.generation_probability,
                                     self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
-                                    self.word_head, hp.word_detection_weight,
-                                    hp.word_detection_colour_swaps, self.colour_word_ids,
-                                    hp.pointer_tower_weight)
+                                    self.word_head, hp.word_detection_weight)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 

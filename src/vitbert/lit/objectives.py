@@ -21,9 +21,7 @@ picture.
 
 The word detection objective (:func:`word_detection_loss`) asks the image tower alone which
 content words the photo's captions use: a direct signal to the tower, which the MLM reaches only
-through the words' attention. It is also asked of copies of some photos with their colour
-channels swapped (:func:`colour_swapped_word_loss`), for the words a colour does not change.
-:func:`training_loss` puts the objectives together.
+through the words' attention. :func:`training_loss` puts the objectives together.
 """
 
 from __future__ import annotations
@@ -38,19 +36,13 @@ from vitbert.data.features import (
     batch_image,
     caption_photos,
     image_argument,
-    select_captions,
 )
-from vitbert.data.masking import ACHROMATIC_WORDS, COLOUR_WORDS, IGNORE_INDEX
+from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
 from vitbert.lit.loss import masked_lm_loss
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
-
-# Words that name a colour a swap of the colour channels changes; black, white, grey stay.
-SWAPPED_COLOUR_WORDS = COLOUR_WORDS - ACHROMATIC_WORDS
-# Every order of the red, green and blue channels but the photo's own.
-CHANNEL_ORDERS = torch.tensor([[0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]])
 
 
 def choose_objective(batch: Batch, generation_probability: float, mask_token_id: int
@@ -99,34 +91,18 @@ def original_caption(batch: Batch) -> Tensor:
 
 def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   mask_token_id: int, itm_head: nn.Module | None = None, itm_weight: float = 0.0,
-                  word_head: nn.Module | None = None, word_weight: float = 0.0,
-                  colour_swaps: float = 0.0, colour_word_ids: Tensor | None = None,
-                  pointer_tower_weight: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
+                  word_head: nn.Module | None = None, word_weight: float = 0.0
+                  ) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
     image-text matching loss when ``itm_head`` is given, plus ``word_weight`` times the word
-    detection loss when ``word_head`` is, and times the word detection loss of colour-swapped
-    copies of a ``colour_swaps`` share of the photos (:func:`colour_swapped_word_loss`; not for a
-    batch that carries a frozen tower's output instead of pixels), plus the word pointer's loss
-    when ``net`` has one (:func:`pointer_loss`) and ``pointer_tower_weight`` times its tower
-    side (:func:`pointer_tower_loss`). Without heads or pointer the loss is exactly the
-    MLM loss as it always was: nothing else runs and no random number is drawn.
+    detection loss when ``word_head`` is: one term each, over one tower pass. Without heads the
+    loss is exactly the MLM loss as it always was: nothing else runs and no random number is drawn.
     """
     parts, extra = {}, []
-    if word_head is not None and colour_swaps > 0 and "images" in batch:
-        parts["train/swapped_word_loss"] = colour_swapped_word_loss(
-            net, word_head, batch, colour_swaps, colour_word_ids)
-        extra.append(word_weight * parts["train/swapped_word_loss"])
-    pointer, images = getattr(net, "pointer", None), batch.get("images")
-    if itm_head is not None or word_head is not None or pointer is not None:
+    if itm_head is not None or word_head is not None:
         batch = with_tower_output(net, batch)
-    if pointer is not None and images is not None:
-        parts["train/pointer_loss"] = pointer_loss(pointer, batch, images)
-        extra.append(parts["train/pointer_loss"])  # only the pointer's weights: no weight needed
-        if pointer_tower_weight:
-            parts["train/pointer_tower_loss"] = pointer_tower_loss(pointer, batch, images)
-            extra.append(pointer_tower_weight * parts["train/pointer_tower_loss"])
     if itm_head is not None:
         parts["train/itm_loss"], _ = itm_loss(net, itm_head, batch)
         extra.append(itm_weight * parts["train/itm_loss"])
@@ -232,123 +208,3 @@ def photo_word_counts(batch: Batch, words: Tensor, counted: Tensor, num_photos: 
     counts.index_put_((rows, words[counted]), torch.ones_like(rows, dtype=counts.dtype),
                       accumulate=True)
     return counts
-
-
-def word_ids(tokenizer, words: frozenset[str]) -> Tensor:
-    """(K,) the ids of those ``words`` that are one piece of the tokenizer's vocabulary."""
-    vocab = tokenizer.get_vocab()
-    return torch.tensor(sorted(vocab[word] for word in words if word in vocab), dtype=torch.long)
-
-
-def swap_colours(images: Tensor) -> Tensor:
-    """Each photo (P, 3, S, S) with its colour channels in another order, drawn per photo from
-    the five that differ from its own: red turns green or blue, yellow turns cyan or magenta (a
-    colour with two equal channels looks the same under the order that swaps just those); shapes,
-    sizes and places stay, and a grey background stays grey."""
-    draw = torch.randint(len(CHANNEL_ORDERS), (len(images),), device=images.device)
-    order = CHANNEL_ORDERS.to(images.device)[draw]  # (P, 3)
-    return images.gather(1, order[:, :, None, None].expand_as(images))
-
-
-def colour_swapped_word_loss(net: nn.Module, head: nn.Module, batch: Batch, share: float,
-                             colour_word_ids: Tensor) -> Tensor:
-    """Word detection on colour-swapped copies (:func:`swap_colours`) of the first ``share`` of
-    the batch's photos (at least one; the batch's order is shuffled), for the content words
-    of their captions that do not name a colour (``colour_word_ids``). One more tower pass, over
-    those photos only.
-
-    Why: the tower learns what the captions name in the colours training shows it. When a shape
-    comes in some colours only (the shapes data holds six colour-shape pairs out of training),
-    the features that find it are tied to those colours (a "red triangle" detector more than a
-    triangle one), and a blue triangle reads as no shape the words know, or as the shape blue
-    things usually are. On a swapped copy a triangle is green or blue, and only what does not
-    depend on the colour can still name it: the same tower, on the same pixels otherwise, is asked
-    to find shapes apart from their colours (colour jitter for the words that allow it). The
-    copies do show colour-shape pairs that training holds out, as pixels with no word naming
-    their colour. Measured in the README (every photo swapped: the tower's tokens name a new
-    pair's shape as well as a seen pair's).
-    """
-    images = batch["images"]  # (P, 3, S, S)
-    count = max(1, round(share * len(images)))
-    captions = select_captions(batch, caption_photos(batch) < count)  # the captions of those
-    tokens = net.tower_tokens(swap_colours(images[:count]))  # (count, N, D_img)
-    names_a_colour = torch.isin(original_caption(captions), colour_word_ids.to(images.device))
-    colour_free = captions["content_mask"].bool() & ~names_a_colour  # (B', T)
-    return word_detection_loss(head, {**captions, FEATURES_KEY: tokens,
-                                      "content_mask": colour_free})
-
-
-def pointer_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tensor:
-    """The word pointer's loss (:class:`vitbert.models.pointer.WordPointer`), on the tower's
-    tokens held fixed: it trains the pointer and nothing else.
-
-    Three parts, each the pointer's own: its value detector learns which value words (shapes)
-    each photo's captions use, as :func:`word_detection_loss` teaches the word detector (a photo's
-    captions pooled; the tokens' max); its query and keys learn, from every key word directly
-    followed by a value word in a caption ("red triangle"), to point where reading the value
-    detector gives that value word (negative log-likelihood of ``log Σ_n α_n p_n``, the value
-    detector's ``p_n`` held fixed: the pointer cannot pass by making every patch say the word);
-    and, with ``key_presence``, which key words (colours) each photo's captions use, from the
-    same scores (:meth:`~vitbert.models.pointer.WordPointer.presence`, binary cross-entropy).
-
-    ``batch`` carries the tower's output (:func:`with_tower_output`); ``images`` are its pixels
-    (P, 3, S, S), one per photo, which the keys read.
-    """
-    tokens = batch[FEATURES_KEY].detach()  # (P, N, D_img)
-    caption = original_caption(batch)  # (B, T)
-    value = pointer.index_of(pointer.value_ids, caption)  # (B, T) index among the value words
-    key = pointer.index_of(pointer.key_ids, caption)  # (B, T) index among the key words, or -1
-    detection = word_detection_loss(pointer.value, {
-        **batch, FEATURES_KEY: tokens, "input_ids": value.clamp(min=0),
-        "labels": torch.full_like(caption, IGNORE_INDEX), "content_mask": value >= 0})
-    grounding = pointer.read(images, tokens)  # over the P photos
-    loss = detection
-    if pointer.config.key_presence:
-        named = photo_word_counts(batch, key.clamp(min=0), key >= 0, len(tokens),
-                                  len(pointer.key_ids)).clamp(max=1.0)  # (P, K) named or not
-        loss = loss + F.binary_cross_entropy_with_logits(pointer.presence(grounding.keys), named)
-    row, key_index, value_index = named_pairs(key, value)  # (M,) each
-    if len(row) == 0:  # no caption names a key word's value: zero, with the graph kept for DDP
-        return loss + 0.0 * (grounding.keys.sum() + pointer.query.weight.sum())
-    photo = caption_photos(batch)[row]  # (M,)
-    log_p = pointer(key_index, grounding.keys[photo], grounding.values[photo].detach())
-    return loss + F.nll_loss(log_p, value_index)  # (M, W) against (M,)
-
-
-def pointer_tower_loss(pointer: nn.Module, batch: Batch, images: Tensor) -> Tensor:
-    """The tower's side of the pointer: for every key word directly followed by a value word in a
-    caption ("red triangle"), the negative log-likelihood of the value word read where the key
-    word points, ``log Σ_n α_n p_n(value)``, with the pointer's attention ``α`` held fixed and
-    ``p_n`` read from the tower's tokens as they are: the gradient reaches the tokens of the
-    patches the colour points at (and the value detector), weighted by ``α``.
-
-    Why: :func:`pointer_loss` holds the tokens fixed, so the pointer can only read what the tower
-    learnt for other reasons, and the word detector's max over the tokens asks a shape of *some*
-    token, not of the ones where the object is. When the tower put the shape elsewhere (at seed 1
-    of a 626-step run without this loss the shape read at the colour's patches was 43–73% right),
-    the pointer named the shape the colour usually has. This tells the tokens at the object's
-    patches to name its shape. The attention is held fixed so that the loss cannot be met by
-    pointing elsewhere; every patch saying the word does not meet it either, as a caption names
-    both objects and each reads its own patches.
-
-    ``batch`` carries the tower's output (:func:`with_tower_output`); ``images`` its pixels.
-    """
-    tokens = batch[FEATURES_KEY]  # (P, N, D_img), not held fixed
-    caption = original_caption(batch)  # (B, T)
-    row, key_index, value_index = named_pairs(pointer.index_of(pointer.key_ids, caption),
-                                              pointer.index_of(pointer.value_ids, caption))
-    grounding = pointer.read(images, tokens)  # values (P, N, W) from the tokens as they are
-    if len(row) == 0:  # nothing to read: zero, with the graph kept for DDP
-        return 0.0 * grounding.values.sum()
-    photo = caption_photos(batch)[row]  # (M,)
-    log_alpha = pointer.attention(key_index, grounding.keys[photo]).detach()  # (M, N)
-    log_p = torch.logsumexp(log_alpha[..., None] + grounding.values[photo], dim=1)  # (M, W)
-    return F.nll_loss(log_p, value_index)
-
-
-def named_pairs(key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Every key word directly followed by a value word, from each piece's index among the key
-    words ``key`` and among the value words ``value`` (B, T) (-1: not one): each pair's caption
-    row, key index and value index, (M,) each."""
-    row, col = ((key[:, :-1] >= 0) & (value[:, 1:] >= 0)).nonzero(as_tuple=True)  # (M,) each
-    return row, key[row, col], value[row, col + 1]

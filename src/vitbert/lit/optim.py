@@ -15,7 +15,6 @@ import torch
 from torch import nn
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from vitbert.models.pointer import WordPointer
 from vitbert.nn import LearnedPosition, RelativePositionBias2D
 
 # Modules whose parameters are never decayed, whatever their shape.
@@ -42,11 +41,6 @@ class OptimizerConfig:
         min_lr_ratio: the cosine decays to ``lr * min_lr_ratio`` at the last step.
         image_tower_lr_mult: learning-rate factor for the image tower (e.g. 0.1 when pretrained).
         relative_bias_lr_mult: learning-rate factor for relative-position bias tables.
-        pointer_lr_mult: learning-rate factor for the word pointer (:mod:`vitbert.models.pointer`),
-            whose loss moves nothing else: where it points must keep up with the tower's tokens
-            to the end of the run, when the schedule has all but stopped the rest (at 1 the
-            embedded default's pointer named 87 / 88% of the test pictures' new / seen-pair
-            objects; refitted on the same frozen model at a steady 3e-3, 94 / 92%).
     """
 
     lr: float = 2e-3
@@ -57,7 +51,6 @@ class OptimizerConfig:
     min_lr_ratio: float = 0.05
     image_tower_lr_mult: float = 1.0
     relative_bias_lr_mult: float = 1.0
-    pointer_lr_mult: float = 5.0
 
 
 def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module | None = None
@@ -84,8 +77,6 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module
     for module in model.modules():
         if isinstance(module, RelativePositionBias2D):
             lr_mult |= {id(p): config.relative_bias_lr_mult for p in module.parameters()}
-        if isinstance(module, WordPointer):
-            lr_mult |= {id(p): config.pointer_lr_mult for p in module.parameters()}
 
     groups: dict[tuple[bool, float], dict] = {}
     for name, p in model.named_parameters():

@@ -72,10 +72,7 @@ class LogProgress(L.Callback):
             parts.append(f"step {step}")
         parts.append(f"{rate:.2f} steps/s")
         for key, label in (("train/loss", "loss"), ("train/generation_loss", "caption loss"),
-                           ("train/itm_loss", "matching loss"), ("train/word_loss", "word loss"),
-                           ("train/swapped_word_loss", "swapped word loss"),
-                           ("train/pointer_loss", "pointer loss"),
-                           ("train/pointer_tower_loss", "pointer tower loss")):
+                           ("train/itm_loss", "matching loss"), ("train/word_loss", "word loss")):
             value = trainer.callback_metrics.get(key)  # MLM, and the other objectives'
             if value is not None:
                 parts.append(f"{label} {float(value):.4f}")

@@ -6,8 +6,6 @@
 * :class:`ITMHead`, :class:`WordDetectorHead` (:mod:`.heads`): the heads of the training
   objectives beside MLM (image-text matching; the caption's words from the image alone).
 * :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits.
-* :class:`WordPointer` (:mod:`.pointer`): after a colour word, the word for what has that colour,
-  read from where it is in the photo (writing captions).
 * :class:`VitBertConfig` (:mod:`.config`): plain-value configuration, and named presets.
 
 Stored weights (checkpoints, exported folders, pretrained timm weights) are read and written by
@@ -18,7 +16,6 @@ from vitbert.models.bert import MLMHead, TextEmbeddings, TextTower
 from vitbert.models.config import (
     PRESETS,
     ImageTowerConfig,
-    PointerConfig,
     TextTowerConfig,
     VitBertConfig,
     preset,
@@ -26,7 +23,6 @@ from vitbert.models.config import (
 from vitbert.models.heads import ITMHead, WordDetectorHead
 from vitbert.models.multimodal import Projector, VitBert
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
-from vitbert.models.pointer import WordPointer
 from vitbert.models.vit import ViT, build_image_tower
 
 __all__ = [
@@ -37,7 +33,6 @@ __all__ = [
     "ImageTowerConfig",
     "MLMHead",
     "PatchEmbed",
-    "PointerConfig",
     "Projector",
     "TextEmbeddings",
     "TextTower",
@@ -46,7 +41,6 @@ __all__ = [
     "VitBert",
     "VitBertConfig",
     "WordDetectorHead",
-    "WordPointer",
     "build_image_tower",
     "preset",
 ]

@@ -4,11 +4,11 @@ They are saved inside checkpoints (``dataclasses.asdict``) and must load back wi
 ``torch.load(weights_only=True)``, so they hold only numbers, strings, tuples and nested dicts,
 never modules or tensors. LightningCLI reads them from YAML through their type hints.
 
-:data:`PRESETS` names the configurations the project talks about: ``default`` (the dataclass
-defaults with the word pointer for the shapes' colours and shapes: the small model
-``configs/default.yaml`` trains on the embedded shapes in CPU-minutes)
-and the Flickr30k models (the reference pretrained ViT-B/16 → one image token → 6-block BERT, its
-R50 hybrid twin, and the one-token-per-patch variant). Every field carries a docstring, which
+:data:`PRESETS` names the configurations the project talks about: ``default`` (the small model
+``configs/default.yaml`` trains on the embedded shapes in CPU-minutes: the dataclass defaults
+with a local attention window) and the Flickr30k models (the reference
+pretrained ViT-B/16 → one image token → 6-block BERT, its R50 hybrid twin, and the
+one-token-per-patch variant). Every field carries a docstring, which
 ``train.py fit --help`` prints next to the setting.
 """
 
@@ -58,11 +58,12 @@ class ImageTowerConfig(TowerConfig):
     """ResNetV2 stage depths of the ``hybrid`` front end; () = the stem only."""
     stem_hidden_dim: int = 16
     """Channels of the two 3×3 convs of ``conv_stem``."""
-    attention_radius: int | None = 2
+    attention_radius: int | None = None
     """Each patch attends only to the patches at most this many rows and columns away (a
-    (2r+1)² window); null = every patch, as in ViT and in every pretrained ViT's weights (the
-    Flickr30k configs). Local attention keeps a token about its own object: with global attention
-    the embedded default's shapes came out tied to their training colours (README)."""
+    (2r+1)² window); null = every patch, as in ViT and in every pretrained ViT's weights. Local
+    attention keeps a token about its own object: configs/default.yaml sets 2 for the embedded
+    shapes, whose objects came out tied to their training colours with global attention
+    (README)."""
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     """Per-channel pixel mean subtracted before the tower; it belongs to the pretrained weights."""
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -93,38 +94,6 @@ class TextTowerConfig(TowerConfig):
 
 
 @dataclass
-class PointerConfig:
-    """The word pointer (:class:`vitbert.models.pointer.WordPointer`): after a *key* word (a
-    colour), which *value* word (what has that colour) comes next is read from the patches the key
-    word points at. Off (no pointer, no weights) while either list is empty."""
-
-    key_words: tuple[str, ...] = ()
-    """Words that point at a region of the photo by its pixels: colour names."""
-    value_words: tuple[str, ...] = ()
-    """Words read from the region pointed at, when the text says one of them comes next."""
-    dim: int = 32
-    """Width of the pointer's queries and keys."""
-    hidden_dim: int = 64
-    """Hidden width of the MLP that turns a patch's pixels into its key."""
-    object_radius: int = 2
-    """Once an object is named (a key word, then a value word), the patches at most this many
-    rows and columns from the patches its value word was read from are covered: later pointing,
-    and the choice of key word, avoid them. 2: a 5×5 window, a large object of the shapes data."""
-    key_presence: bool = True
-    """Writing a caption, share the text head's mass on the key words by how surely each names
-    an object not covered yet, so that no colour is named twice for one object, nor named when
-    no patch has it (trained with the pointer). False: as the text head says."""
-
-    def __post_init__(self) -> None:
-        self.key_words = tuple(self.key_words)
-        self.value_words = tuple(self.value_words)
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.key_words and self.value_words)
-
-
-@dataclass
 class VitBertConfig:
     """Both towers, the vocabulary, and how the image reaches the text (1 pooled or all patches)."""
 
@@ -140,8 +109,6 @@ class VitBertConfig:
     """What of the image reaches the text: one pooled vector, or every patch token."""
     projector_norm: bool = False
     """LayerNorm the projected image tokens before they join the words."""
-    pointer: PointerConfig = field(default_factory=PointerConfig)
-    """The word pointer for writing captions; off unless it has key and value words."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -149,10 +116,6 @@ class VitBertConfig:
             self.image = ImageTowerConfig(**self.image)
         if isinstance(self.text, dict):
             self.text = TextTowerConfig(**self.text)
-        if isinstance(self.pointer, dict):
-            self.pointer = PointerConfig(**self.pointer)
-        if self.pointer.enabled and self.image_tokens != "patches":
-            raise ValueError("the word pointer points at patches: it needs image_tokens='patches'")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples stay tuples; ``json`` writes them as lists)."""
@@ -163,30 +126,19 @@ class VitBertConfig:
         """Inverse of :meth:`to_dict`; lists where tuples are expected are fine.
 
         A stored image tower without ``attention_radius`` predates local attention: it attended
-        globally, and loads so. A stored model without ``pointer`` predates the word pointer: it
-        loads without one; a pointer without ``key_presence`` was not trained for it.
+        globally, and loads so. A stored ``pointer`` (the word pointer, a decoding add-on for the
+        shapes data, removed) is dropped (its weights: :func:`vitbert.io.drop_removed_weights`).
         """
         d = dict(d)
+        d.pop("pointer", None)
         image = ImageTowerConfig(**{"attention_radius": None, **d.pop("image", {})})
         text = TextTowerConfig(**d.pop("text", {}))
-        pointer = d.pop("pointer", {"key_words": (), "value_words": ()})
-        if pointer.get("key_words") and pointer.get("value_words"):
-            pointer = {"key_presence": False, **pointer}
-        pointer = PointerConfig(**pointer)
-        return cls(image=image, text=text, pointer=pointer, **d)
-
-
-# The embedded default's pointer: the colour and shape words of the shapes data
-# (vitbert.data.shapes; a test holds them equal). A colour points at its object, which is named.
-SHAPES_POINTER = PointerConfig(
-    key_words=("red", "green", "blue", "yellow", "purple", "orange"),
-    value_words=("circle", "square", "triangle", "diamond", "cross"),
-)
+        return cls(image=image, text=text, **d)
 
 
 def _default() -> VitBertConfig:
-    """The embedded default: the dataclass defaults, and the word pointer for the shapes' words."""
-    return VitBertConfig(pointer=dataclasses.replace(SHAPES_POINTER))  # a copy of its own
+    """The embedded default: the dataclass defaults, each patch attending to a 5×5 window."""
+    return VitBertConfig(image=ImageTowerConfig(attention_radius=2))
 
 
 def _flickr30k() -> VitBertConfig:
@@ -194,7 +146,7 @@ def _flickr30k() -> VitBertConfig:
     return VitBertConfig(
         image=ImageTowerConfig(
             kind="vit", image_size=224, patch_size=16, dim=768, depth=12, num_heads=12,
-            class_token=True, pool="cls", attention_radius=None,
+            class_token=True, pool="cls",
             pretrained="vit_base_patch16_224.augreg2_in21k_ft_in1k",
         ),
         text=TextTowerConfig(dim=768, depth=6, num_heads=12, max_len=64, dropout=0.1),

@@ -20,7 +20,6 @@ from torch import Tensor, nn
 
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
-from vitbert.models.pointer import WordPointer
 from vitbert.models.vit import build_image_tower, init_transformer_weights
 from vitbert.nn import AttentionContext, key_padding_mask, seq2seq_mask
 
@@ -68,10 +67,6 @@ class VitBert(nn.Module):
         self.mlm_head = MLMHead(text.dim, config.vocab_size, text.norm_eps)
         for module in (self.projector, self.text, self.mlm_head):
             init_transformer_weights(module)
-        # Writing captions: after a colour, the word for what has it (config.pointer; or None).
-        self.pointer = (WordPointer(config.pointer, config.image.dim, config.image.image_size,
-                                    self.image_tower.grid_size[0], config.image.in_chans)
-                        if config.pointer.enabled else None)
         self.tie_weights()
         # Any load_state_dict over this module (or a parent, e.g. a LightningModule) re-ties.
         self.register_load_state_dict_post_hook(_retie)
