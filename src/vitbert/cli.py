@@ -25,6 +25,7 @@ from lightning.pytorch.cli import LightningCLI
 from vitbert.cli_errors import check_ckpt_path, explain
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.io.files import load_tensors_file
+from vitbert.lit.binding import BindingEvaluation
 from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.captioning import CaptionEvaluation
 from vitbert.lit.module import MaskedLMModule
@@ -137,6 +138,8 @@ class VitBertCLI(LightningCLI):
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         # BLEU-4 / CIDEr-D of generated captions at validation and test (generation runs only).
         parser.add_lightning_class_args(CaptionEvaluation, "captions")
+        # The binding swap tests at validation (a sample) and test (every picture).
+        parser.add_lightning_class_args(BindingEvaluation, "binding")
         # Sizes the data must agree with are set once, on the model.
         parser.link_arguments("model.net.image.image_size", "data.image_size")
         parser.link_arguments("model.net.text.max_len", "data.max_length")

@@ -69,6 +69,29 @@ def test_a_batch_of_one_image_has_no_negatives():
     assert (matched == 1).all() and (text == photo).all() and len(text) == 5
 
 
+def test_swapped_captions_join_as_unmatched_pairs_with_their_own_photo():
+    torch.manual_seed(0)
+    net, head = VitBert(tiny_config()).eval(), ITMHead(32)
+    batch = colour_batch()
+    batch["content_mask"] = torch.ones_like(batch["attention_mask"])
+    caption = batch["labels"].where(batch["labels"] != IGNORE_INDEX, batch["input_ids"])
+    swapped = caption[:, [0, 2, 1, 3]]  # the two words exchanged
+    has = torch.arange(len(caption)) % 2 == 0  # every other caption allows a swap
+
+    def swaps(ids, content):
+        return swapped.where(has[:, None], ids), has
+
+    plain, _ = itm_loss(net, head, batch)
+    with_swaps, _ = itm_loss(net, head, batch, swaps)
+    hidden, _ = net.encode(swapped[has], batch["attention_mask"][has],
+                           images=batch["images"][has])
+    swap_losses = torch.nn.functional.binary_cross_entropy_with_logits(
+        head(hidden[:, 0]), torch.zeros(int(has.sum())), reduction="sum")
+    pairs = 2 * len(caption)  # with its photo and with another image's
+    expected = (plain * pairs + swap_losses) / (pairs + has.sum())
+    assert with_swaps.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
 def test_the_head_learns_a_learnable_match():
     torch.manual_seed(0)
     net, head = VitBert(tiny_config()), ITMHead(32)

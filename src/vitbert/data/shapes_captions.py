@@ -6,7 +6,8 @@ pairs the caption names exactly the picture's? :class:`vitbert.data.ShapesSource
 :func:`colour_shape_shares` to the caption evaluation (``DataSource.caption_scores``), which logs
 them as ``val/colour_shape``, ``val/colours``, ``val/shapes`` (and ``_text`` for the captions
 written from no image). :func:`object_verdicts` says, object by object, what went wrong when a
-caption misses (``vitbert.caption_analysis``).
+caption misses (``vitbert.caption_analysis``). :func:`binding_swaps` makes the binding test's
+negatives of a shapes caption (``DataSource.binding_swaps``, :mod:`vitbert.lit.binding`).
 """
 
 from __future__ import annotations
@@ -83,3 +84,27 @@ def object_verdicts(candidate: str, reference: str) -> list[tuple[tuple[str, str
 def _count(pairs: Counter, slot: int) -> Counter:
     """The colours (slot 0) or shapes (slot 1) of counted (colour, shape) pairs."""
     return Counter(pair[slot] for pair in pairs.elements())
+
+
+_OPPOSITE = {"left": "right", "right": "left", "above": "below", "below": "above"}
+
+
+def binding_swaps(caption: str) -> list[tuple[str, str]]:
+    """The binding test's negatives of a shapes caption (:mod:`vitbert.lit.binding`): the two
+    objects' colours swapped (``colour``) and their shapes swapped (``shape``), each only when
+    the two differ, and the relation turned to its opposite (``relation``: left ↔ right,
+    above ↔ below). The same words about the same picture; only what is bound to what changes."""
+    words = caption.split()
+    negatives = []
+    for kind, vocabulary in (("colour", COLOURS), ("shape", SHAPES)):
+        at = [i for i, word in enumerate(words) if word in vocabulary]
+        if len(at) == 2 and words[at[0]] != words[at[1]]:
+            swapped = list(words)
+            swapped[at[0]], swapped[at[1]] = words[at[1]], words[at[0]]
+            negatives.append((kind, " ".join(swapped)))
+    at = [i for i, word in enumerate(words) if word in _OPPOSITE]
+    if len(at) == 1:
+        turned = list(words)
+        turned[at[0]] = _OPPOSITE[words[at[0]]]
+        negatives.append(("relation", " ".join(turned)))
+    return negatives

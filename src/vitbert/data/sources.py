@@ -13,12 +13,14 @@ A new source (web shards, another captioned set) is a third subclass of `DataSou
 the cache format of `vitbert.data.cache`; nothing else changes. A source may also score written
 captions in ways only its data allows (`DataSource.caption_scores`: the shapes data checks
 both objects' colours and shapes); the caption evaluation logs them and the table prints them.
+It may also make the binding test's negatives its own way (`DataSource.binding_swaps`: the shapes
+data swaps the two colours, the two shapes, and turns the relation).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,13 @@ class DataSource(ABC):
         in print order: the first is the headline, the rest its parts, shown in parentheses
         after it ("all right 97.5% (first part 100%, second part 98%)")."""
         return {}
+
+    def binding_swaps(self) -> Callable[[str], list[tuple[str, str]]] | None:
+        """How this data makes the binding test's negatives (:mod:`vitbert.lit.binding`): caption
+        → ``[(kind, negative caption), …]``, where the data knows which words belong to which
+        thing; None (the default) lets the test swap two content words the training captions
+        use in the same places."""
+        return None
 
     def settings(self) -> dict[str, Any]:
         """The constructor arguments, for the run's logged hyperparameters."""
@@ -112,6 +121,9 @@ class ShapesSource(DataSource):
 
     def caption_score_labels(self) -> dict[str, str]:
         return dict(shapes_captions.CAPTION_SCORE_LABELS)
+
+    def binding_swaps(self) -> Callable[[str], list[tuple[str, str]]]:
+        return shapes_captions.binding_swaps
 
 
 class Flickr30kSource(DataSource):

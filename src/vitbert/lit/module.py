@@ -30,6 +30,7 @@ from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
+from vitbert.lit.negatives import SwapNegatives
 from vitbert.lit.objectives import itm_loss, training_loss
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
 from vitbert.models import ITMHead, VitBert, VitBertConfig, WordDetectorHead
@@ -63,6 +64,10 @@ class MaskedLMModule(L.LightningModule):
             words a photo's captions use, from the image tower alone; see
             :func:`vitbert.lit.objectives.word_detection_loss`); 0: no head, no change.
             configs/default.yaml sets 10: without it the tower never learns the shapes there.
+        itm_swap_negatives: the matching head also learns to reject each caption with two of
+            its words swapped, words the training captions use in the same places
+            (:mod:`vitbert.lit.negatives`; NegCLIP's hard negatives, made without a word list);
+            with ``itm_weight`` only.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
@@ -71,7 +76,7 @@ class MaskedLMModule(L.LightningModule):
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
                  num_examples: int = 3, freeze_image_tower: bool = False,
                  generation_probability: float = 0.3, itm_weight: float = 0.0,
-                 word_detection_weight: float = 0.0) -> None:
+                 word_detection_weight: float = 0.0, itm_swap_negatives: bool = False) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -91,6 +96,7 @@ class MaskedLMModule(L.LightningModule):
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
+        self.swaps: SwapNegatives | None = None  # from the training captions, at fit start
         self.trained_steps = 0  # the step a loaded checkpoint was trained to
 
     def setup(self, stage: str) -> None:
@@ -98,6 +104,9 @@ class MaskedLMModule(L.LightningModule):
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
         resuming = self._trainer is not None and self.trainer.ckpt_path is not None
+        if stage == "fit" and self.hparams.itm_swap_negatives and self.itm_head is not None:
+            self.swaps = SwapNegatives.from_captions(self.tokenizer,
+                                                     datamodule.dataset("train").captions)
         if stage == "fit" and not resuming:
             report = initialize(self.net, self.hparams.init_from, self.tokenizer)
             if report and self.trainer.is_global_zero:
@@ -131,7 +140,7 @@ class MaskedLMModule(L.LightningModule):
         hp = self.hparams
         loss, parts = training_loss(self.net, batch, hp.generation_probability,
                                     self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
-                                    self.word_head, hp.word_detection_weight)
+                                    self.word_head, hp.word_detection_weight, self.swaps)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 

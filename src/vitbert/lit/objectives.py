@@ -40,6 +40,7 @@ from vitbert.data.features import (
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
 from vitbert.lit.loss import masked_lm_loss
+from vitbert.lit.negatives import SwapNegatives
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
@@ -91,12 +92,13 @@ def original_caption(batch: Batch) -> Tensor:
 
 def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   mask_token_id: int, itm_head: nn.Module | None = None, itm_weight: float = 0.0,
-                  word_head: nn.Module | None = None, word_weight: float = 0.0
-                  ) -> tuple[Tensor, dict[str, Tensor]]:
+                  word_head: nn.Module | None = None, word_weight: float = 0.0,
+                  swaps: SwapNegatives | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
-    image-text matching loss when ``itm_head`` is given, plus ``word_weight`` times the word
+    image-text matching loss when ``itm_head`` is given (with ``swaps``, also against swapped-word
+    copies of the captions), plus ``word_weight`` times the word
     detection loss when ``word_head`` is: one term each, over one tower pass. Without heads the
     loss is exactly the MLM loss as it always was: nothing else runs and no random number is drawn.
     """
@@ -104,7 +106,7 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
     if itm_head is not None or word_head is not None:
         batch = with_tower_output(net, batch)
     if itm_head is not None:
-        parts["train/itm_loss"], _ = itm_loss(net, itm_head, batch)
+        parts["train/itm_loss"], _ = itm_loss(net, itm_head, batch, swaps)
         extra.append(itm_weight * parts["train/itm_loss"])
     if word_head is not None:
         parts["train/word_loss"] = word_detection_loss(word_head, batch)
@@ -152,7 +154,8 @@ def itm_pairs(image_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return text, photo, matched
 
 
-def itm_loss(net: nn.Module, head: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
+def itm_loss(net: nn.Module, head: nn.Module, batch: Batch, swaps: SwapNegatives | None = None
+             ) -> tuple[Tensor, Tensor]:
     """Binary cross-entropy of matched / not matched over :func:`itm_pairs`, and the share of
     pairs judged right.
 
@@ -162,14 +165,25 @@ def itm_loss(net: nn.Module, head: nn.Module, batch: Batch) -> tuple[Tensor, Ten
     save one pass (its positive is the MLM pass) but hide the content words, 3x likelier to be
     masked in the recipe, that tell a photo from another. The cost is one extra encoder pass over
     the 2B pairs; the photos are indexed, so a batch from :func:`with_tower_output` runs no tower.
+
+    With ``swaps`` each caption that allows one also meets its own photo with two of its words
+    swapped (:mod:`vitbert.lit.negatives`; NegCLIP's hard negatives), not matched: the same words
+    about the same photo, told apart only by what is bound to what.
     """
     caption = original_caption(batch)  # (B, T)
     text, photo, matched = itm_pairs(batch["image_id"])  # (B + K,) each
-    index = caption_photos(batch)[photo]  # (B + K,) each pair's photo among the batch's
+    captions, keep = caption[text], batch["attention_mask"][text]
+    if swaps is not None:
+        negative, has = swaps(caption, batch["content_mask"].bool())  # (B, T), (B,)
+        rows = has.nonzero().squeeze(1)  # (S,) the captions with a swap
+        captions = torch.cat((captions, negative[rows]))  # (B + K + S, T)
+        keep = torch.cat((keep, batch["attention_mask"][rows]))
+        photo = torch.cat((photo, rows))
+        matched = torch.cat((matched, matched.new_zeros(len(rows))))
+    index = caption_photos(batch)[photo]  # each pair's photo among the batch's
     photos = {**image_argument(batch, batch_image(batch)), IMAGE_INDEX: index}
-    hidden, _ = net.encode(caption[text], batch["attention_mask"][text],
-                           **photos)  # (B + K, T, D)
-    logits = head(hidden[:, 0]).float()  # (B + K,) from each pair's [CLS]
+    hidden, _ = net.encode(captions, keep, **photos)  # (pairs, T, D)
+    logits = head(hidden[:, 0]).float()  # (pairs,) from each pair's [CLS]
     loss = F.binary_cross_entropy_with_logits(logits, matched)
     return loss, ((logits > 0).float() == matched).float().mean()
 

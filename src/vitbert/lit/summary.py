@@ -49,6 +49,7 @@ def format_figures(figures: dict[str, float], stage: str = "val",
     if skipped:
         lines.append(f"({skipped} captions had no other image in their batch and are not in the "
                      f"'{ANOTHER_PHOTO.description}' row)")
+    lines += format_binding_figures(figures, stage)
     lines += format_caption_figures(figures, stage, caption_labels)
     return "\n".join(lines)
 
@@ -73,6 +74,33 @@ def format_caption_figures(figures: dict[str, float], stage: str = "val",
             if parts:
                 line += " (" + ", ".join(f"{label} {share:.0f}%" for label, share in parts) + ")"
         lines.append(line)
+    return lines
+
+
+# The binding scores (vitbert.lit.binding), with their row labels.
+BINDING_ROWS = (("pll", "pseudo-log-likelihood, photo"),
+                ("pll_text", "pseudo-log-likelihood, text"),
+                ("itm", "matching head, photo"), ("fill", "fill-mask, photo"))
+
+
+def format_binding_figures(figures: dict[str, float], stage: str = "val") -> list[str]:
+    """The swap tests as a small table: a row per score, a column per kind of swap, then all
+    kinds pooled; nothing when the run made no binding test."""
+    prefix = f"{stage}/binding_pll_"
+    kinds = sorted(key[len(prefix):] for key in figures
+                   if key.startswith(prefix) and not key.startswith(f"{prefix}text"))
+    if not kinds:
+        return []
+    columns = [*kinds, "all"]
+    lines = [f"{'binding: true caption wins (chance 50%)':<40}"
+             + "".join(f"{kind:>10}" for kind in columns)]
+    for score, label in BINDING_ROWS:
+        names = [f"{stage}/binding_{score}_{kind}" for kind in kinds] + [
+            f"{stage}/binding_{score}"]
+        if any(name in figures for name in names):
+            lines.append(f"  {label:<38}" + "".join(
+                f"{100 * figures[name]:>9.1f}%" if name in figures else f"{'-':>10}"
+                for name in names))
     return lines
 
 
