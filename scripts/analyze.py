@@ -12,6 +12,12 @@ object's shape, a shape not in the picture, none), and where the model looks whe
 to write a shape (its attention on the object the colour before names, and on the other one);
 see ``vitbert.caption_analysis``.
 
+``--binding``: the binding swap tests instead (``vitbert.lit.binding``): every caption of
+``--num-images`` pictures against copies with what is bound to what changed (on the shapes: the
+colours swapped, the shapes swapped, the relation turned; elsewhere two content words swapped),
+scored by the pseudo-log-likelihood with the photo and without, the matching head, and
+fill-mask; chance is 50%.
+
 Mistakes (missing checkpoint, data not found, bad split) exit 2 with one line.
 """
 
@@ -35,19 +41,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures here (JSON)")
     parser.add_argument("--captions", action="store_true",
                         help="score written captions per object instead (shapes data only)")
+    parser.add_argument("--binding", action="store_true",
+                        help="the binding swap tests instead: the true caption against copies "
+                             "with what is bound to what changed (vitbert.lit.binding)")
     parser.add_argument("--num-images", type=int, default=500,
-                        help="pictures captioned with --captions, a fixed sample (default 500)")
+                        help="pictures captioned with --captions or tested with --binding, a "
+                             "fixed sample (default 500)")
     args = parser.parse_args(argv)
     if args.num_images < 1:
         parser.error(f"--num-images must be at least 1, got {args.num_images}")
 
-    from vitbert.analysis import format_summary, plot, read_split, summarise
+    from vitbert.analysis import (
+        analyse_binding,
+        format_summary,
+        plot,
+        read_split,
+        summarise,
+    )
     from vitbert.caption_analysis import analyse_captions, format_caption_summary
     from vitbert.data.cache import DataError
     from vitbert.io import CheckpointError
+    from vitbert.lit.summary import format_binding_figures
 
     try:
-        if args.captions:
+        if args.binding:
+            summary = analyse_binding(args.ckpt, args.split, args.num_images, args.data_root,
+                                      args.cache_dir)
+            report = "\n".join(format_binding_figures(
+                {f"{args.split}/binding_{name}": value for name, value in summary.items()},
+                args.split)) + "\n" + ", ".join(
+                f"{name[6:]}: {int(n)} pairs" for name, n in summary.items()
+                if name.startswith("pairs_"))
+        elif args.captions:
             summary = analyse_captions(args.ckpt, args.split, args.num_images, args.data_root,
                                        args.cache_dir)
             report = format_caption_summary(summary)

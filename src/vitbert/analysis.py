@@ -29,8 +29,12 @@ from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.features import select_captions
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import load_model
+from vitbert.lit.binding import binding_scores, generic_swaps
+from vitbert.lit.captioning import images_and_references
 from vitbert.lit.conditions import ANOTHER_PHOTO, TEXT_ONLY, WITH_PHOTO, another_photo
 from vitbert.lit.loss import masked_logits
+from vitbert.lit.negatives import SwapNegatives
+from vitbert.models import ITMHead
 
 # Colour words: the word class this analysis reports on (the model knows no word list).
 _COLOUR_WORDS = """
@@ -249,3 +253,37 @@ def plot(summary: dict[str, Any], out: str | Path, title: str = "") -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+@torch.no_grad()
+def analyse_binding(ckpt: str | Path, split: str = "test", num_images: int | None = None,
+                    root: str | None = None, cache_dir: str | None = None) -> dict[str, float]:
+    """The binding swap tests (:mod:`vitbert.lit.binding`) of a ``.ckpt`` on ``num_images``
+    pictures of ``split`` (a fixed sample; None: all), every caption of each, with the negatives
+    of the data the checkpoint was trained on, and its matching head when it has one."""
+    if split not in SPLITS:
+        raise DataError(f"split {split!r} is not one of {SPLITS}")
+    source, data = checkpoint_source(ckpt, root, cache_dir)
+    source.build_cache(int(data["image_size"]))
+    dataset = CaptionDataset(source.cache_dir, split)
+    net, tokenizer = load_model(ckpt)
+    max_length = int(data["max_length"])
+    make = source.binding_swaps() or generic_swaps(
+        tokenizer, SwapNegatives.from_captions(
+            tokenizer, CaptionDataset(source.cache_dir, "train").captions), max_length)
+    _, firsts, captions = images_and_references(dataset, num_images)
+    images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
+    return binding_scores(net, tokenizer, images, captions, make, _itm_head(ckpt, net),
+                          max_length)
+
+
+def _itm_head(ckpt: str | Path, net) -> ITMHead | None:
+    """The checkpoint's image-text matching head, or None when it was trained without one."""
+    weights = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    prefix = "itm_head."
+    state = {key[len(prefix):]: value for key, value in weights.items() if key.startswith(prefix)}
+    if not state:
+        return None
+    head = ITMHead(net.config.text.dim)
+    head.load_state_dict(state)
+    return head.eval()

@@ -59,3 +59,19 @@ def test_loss_is_mean_cross_entropy_per_piece():
     assert figures[SKIPPED] == 0
     metrics.reset()
     metrics.update(WITH_PHOTO, logits[:1], targets[:1], torch.ones(1, dtype=torch.bool))
+
+
+def test_the_binding_table_has_a_row_per_score_and_a_column_per_kind():
+    figures = {"test/binding_pll_colour": 0.9, "test/binding_pll_shape": 0.6,
+               "test/binding_pll": 0.75, "test/binding_pll_text_colour": 0.5,
+               "test/binding_pll_text_shape": 0.5, "test/binding_pll_text": 0.5,
+               "test/binding_fill_colour": 1.0, "test/binding_fill": 1.0,
+               "test/binding_pairs_colour": 10.0, "test/binding_pairs_shape": 10.0}
+    lines = format_figures(figures, "test").splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("binding"))
+    assert lines[at].split()[-3:] == ["colour", "shape", "all"]
+    assert lines[at + 1].split()[-3:] == ["90.0%", "60.0%", "75.0%"]
+    assert lines[at + 2].split()[-3:] == ["50.0%", "50.0%", "50.0%"]
+    assert lines[at + 3].split()[-3:] == ["100.0%", "-", "100.0%"]  # no matching head: no row
+    assert "fill-mask" in lines[at + 3]
+    assert "binding" not in format_figures({"test/top1": 0.5}, "test")

@@ -63,6 +63,22 @@ def test_analyze_a_checkpoint(trained, tmp_path, capsys):
     assert "top-5, content words" in printed and s["words"][0]["word"] in printed
 
 
+def test_analyze_binding_of_a_checkpoint(trained, tmp_path, capsys):
+    figures = tmp_path / "binding.json"
+    rc = load_script("analyze").main(["--ckpt", str(trained.ckpt), "--binding", "--split",
+                                      "val", "--num-images", "8", "--json", str(figures)])
+    assert rc == 0
+    s = json.loads(figures.read_text())
+    # The shapes' own negatives: every caption has its relation turned; colours and shapes
+    # are swapped where the two objects differ in them.
+    assert s["pairs_relation"] == 8
+    assert 0 < s["pairs_colour"] <= 8 and 0 < s["pairs_shape"] <= 8
+    for score in ("pll", "pll_text", "fill"):
+        assert 0.0 <= s[score] <= 1.0
+    printed = capsys.readouterr().out
+    assert "pseudo-log-likelihood, photo" in printed and "relation: 8 pairs" in printed
+
+
 @pytest.mark.parametrize("problem", ["missing", "not_a_checkpoint", "split"])
 def test_mistakes_exit_2_with_one_line(problem, trained, not_a_checkpoint, tmp_path, capsys):
     ckpt = {"missing": tmp_path / "nope.ckpt", "not_a_checkpoint": not_a_checkpoint,
