@@ -28,7 +28,8 @@ import json
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a .ckpt written by scripts/train.py fit")
     parser.add_argument("--split", default="val", help="train, val or test (default val)")
@@ -47,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-images", type=int, default=500,
                         help="pictures captioned with --captions or tested with --binding, a "
                              "fixed sample (default 500)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.num_images < 1:
         parser.error(f"--num-images must be at least 1, got {args.num_images}")

@@ -365,7 +365,8 @@ def choose_threads(requested: int) -> tuple[int, str]:
     return torch.get_num_threads(), "auto: torch default"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sections", nargs="+", default=list(DEFAULT_SECTIONS), choices=list(SECTIONS))
     p.add_argument("--json", action="store_true", help="print one JSON object, nothing else")
@@ -373,7 +374,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="intra-op threads (0: 1 if the load exceeds the cores, else torch's)")
     for add_args, _ in SECTIONS.values():
         add_args(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     for flag in ("levers", "epoch"):
         if getattr(args, flag) and flag not in args.sections:
             args.sections.append(flag)

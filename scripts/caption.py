@@ -31,7 +31,8 @@ checkpoint or lacks its tokenizer, or unusable numbers (--num-beams < 1, ...). O
 nothing is printed to stdout."""
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     summary = __doc__.split("\n\n")[0]
     parser = argparse.ArgumentParser(description=summary, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,7 +55,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="CPU threads for torch (default 1, as scripts/predict.py)")
     parser.add_argument("--timing", action="store_true",
                         help="print the load and caption times to stderr")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def fail(message: str) -> int:

@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="exit status 2: a checkpoint or --examples folder that "
                                             "cannot be used; the message says why.")
@@ -35,7 +36,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads for torch (default 1: one query of a small model is "
                              "too little work to share; see scripts/predict.py --help)")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def fail(message: str) -> int:

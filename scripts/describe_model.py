@@ -104,12 +104,18 @@ def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
     return "\n".join([*header, *tree(model, max_depth), f"{'total':<67} {total:>13,}", ""])
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("presets", nargs="*", help=f"preset names: {', '.join(PRESETS)}")
     parser.add_argument("--config", type=Path, action="append", default=[],
                         help="a YAML/JSON config (its model.net section); may repeat")
     parser.add_argument("--depth", type=int, default=4, help="tree depth to print")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     names = args.presets or ([] if args.config else ["default", "flickr30k"])
     for name in names:

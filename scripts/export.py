@@ -15,10 +15,16 @@ import sys
 from vitbert.io import CheckpointError, export
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ckpt", required=True, help="a .ckpt written by scripts/train.py")
     parser.add_argument("--out", required=True, help="the folder to write (created if missing)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         folder = export(args.ckpt, args.out)

@@ -32,7 +32,8 @@ is not a vitbert checkpoint or lacks its tokenizer, an unusable --layer or --att
 an error nothing is printed to stdout and no picture is written."""
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -57,7 +58,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "each other cost 10-40x; raise it for the flickr30k models)")
     parser.add_argument("--timing", action="store_true",
                         help="print the load and query times to stderr")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def format_table(result: dict, top_k: int) -> str:

@@ -47,7 +47,8 @@ CONFIG_KEYS = {"root": "root", "cache_dir": "out", "format": "format", "images_d
                "max_bad_fraction": "max_bad_fraction"}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--config", default=None, metavar="YAML",
                    help="training config to take the data settings and image size from")
@@ -70,7 +71,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-train", type=int, default=20_000, help="shapes: training pictures")
     p.add_argument("--num-val", type=int, default=2_000, help="shapes: validation pictures")
     p.add_argument("--num-test", type=int, default=2_000, help="shapes: test pictures")
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
     if args.config:
         _read_config(args)
     for flag, default in (("root", flickr30k.DEFAULT_ROOT), ("format", "auto"),

@@ -16,6 +16,7 @@ Writes ``heads.json`` and ``heads.png`` into ``--out``.
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import TYPE_CHECKING
 
@@ -53,9 +54,14 @@ def run_one(heads: int, seed: int, args) -> tuple[int, int, RunResult]:
     return heads, seed, result
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
+    return report.build_parser("heads", __doc__.split("\n")[0], epochs=10, seeds=2,
+                               workers=True)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = report.parse_args("heads", __doc__.split("\n")[0], argv, epochs=10, seeds=2,
-                             workers=True)
+    args = report.parse_args(build_parser(), argv)
     start = time.perf_counter()
 
     jobs = [(h, seed, args) for h in HEADS for seed in range(args.seeds)]

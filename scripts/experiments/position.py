@@ -18,6 +18,7 @@ Writes ``position.json``, ``position.png`` and ``position_bias_stats.png`` into 
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import torch
@@ -68,9 +69,14 @@ def run_one(row: int, seed: int, args) -> tuple[int, int, RunResult, list | None
     return row, seed, result, stats.history if stats else None
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
+    return report.build_parser("position", __doc__.split("\n")[0], epochs=10, seeds=3,
+                               workers=True)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = report.parse_args("position", __doc__.split("\n")[0], argv, epochs=10, seeds=3,
-                             workers=True)
+    args = report.parse_args(build_parser(), argv)
     start = time.perf_counter()
 
     jobs = [(row, seed, args) for row in range(len(ROWS)) for seed in range(args.seeds)]

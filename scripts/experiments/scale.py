@@ -14,6 +14,7 @@ Writes ``scale.json`` and ``scale.png`` into ``--out``.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import torch
@@ -60,8 +61,13 @@ def plot(gates: list[dict], rows: list[dict], path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
+    return report.build_parser("scale", __doc__.split("\n")[0], epochs=5, seeds=2)
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = report.parse_args("scale", __doc__.split("\n")[0], argv, epochs=5, seeds=2)
+    args = report.parse_args(build_parser(), argv)
     start = time.perf_counter()
 
     gates = [{"d": d, "unscaled": max_gate(d, False, NUM_KEYS, TRIALS),

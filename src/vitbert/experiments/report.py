@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 
-def parse_args(name: str, description: str, argv: list[str] | None, *, epochs: int, seeds: int,
-               workers: bool = False) -> argparse.Namespace:
-    """The options every experiment takes, parsed; torch's threads set and ``--out`` made.
+def build_parser(name: str, description: str, *, epochs: int, seeds: int,
+                 workers: bool = False) -> argparse.ArgumentParser:
+    """The options every experiment takes (:func:`parse_args` parses them).
 
     ``--epochs``, ``--seeds``, ``--out``, ``--threads`` and the sizes of the generated train and
     test sets; with ``workers``, also ``--workers``: trainings side by side, one process and (by
@@ -37,7 +37,13 @@ def parse_args(name: str, description: str, argv: list[str] | None, *, epochs: i
         p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                        help="trainings run side by side, one process each (with --threads each)")
         p.set_defaults(threads=1)  # one thread per worker: the workers share the cores
-    args = p.parse_args(argv)
+    return p
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``argv`` parsed by an experiment's :func:`build_parser`; torch's threads set and ``--out``
+    made."""
+    args = parser.parse_args(argv)
 
     import torch  # here, not at the top: an experiment's --help stays instant
 
