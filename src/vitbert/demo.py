@@ -111,8 +111,8 @@ def folder_examples(folder: str | Path, count: int = MAX_EXAMPLE_PHOTOS) -> list
     for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in PHOTO_SUFFIXES):
         try:
             with Image.open(path) as img:
-                photo = to_rgb(img)
-                photo.thumbnail((EXAMPLE_MAX_SIDE, EXAMPLE_MAX_SIDE))
+                photo = to_rgb(img).copy()  # decoded now, while the file is open
+            photo.thumbnail((EXAMPLE_MAX_SIDE, EXAMPLE_MAX_SIDE))
         except (OSError, ValueError) as error:
             log.warning("--examples: skipping %s (%s)", path, error)
             continue

@@ -123,8 +123,12 @@ def test_folder_examples_keep_readable_photos_in_name_order(tmp_path):
     Image.fromarray(rng.integers(0, 256, (20, 30), dtype=np.uint8)).save(tmp_path / "a.png")
     (tmp_path / "c.png").write_bytes(b"broken")
     (tmp_path / "notes.txt").write_text("not a photo")
+    # An RGB JPEG no larger than the display size (every Flickr30k photo): nothing to shrink,
+    # so nothing decodes it before its file is closed unless the reader does.
+    Image.fromarray(rng.integers(0, 256, (375, 500, 3), dtype=np.uint8)).save(tmp_path / "d.jpg")
     examples = demo.folder_examples(tmp_path)
-    assert [ex.label for ex in examples] == ["a.png", "b.jpg"]
+    assert [ex.label for ex in examples] == ["a.png", "b.jpg", "d.jpg"]
+    assert examples[2].image.shape == (375, 500, 3)
     assert examples[0].image.shape == (20, 30, 3)  # grey → RGB
     assert max(examples[1].image.shape[:2]) == demo.EXAMPLE_MAX_SIDE  # shrunk, same aspect
     assert examples[1].image.shape[:2] == (480, 640)
