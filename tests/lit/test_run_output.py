@@ -41,7 +41,7 @@ def test_a_redirected_log_shows_progress_at_least_every_30_seconds(tmp_path, mon
     lines = [line for line in log.read_text().splitlines() if line.startswith("epoch ")]
     steps = [int(re.search(r"step (\d+)/16", line).group(1)) for line in lines]
     assert steps[0] == 1 and steps[-1] == 16  # at once, and at the end
-    assert lines[-1].startswith("epoch 1/2 |")  # 1024 pictures in batches of 64: 16 steps
+    assert lines[-1].startswith("epoch 1/3 |")  # 1024 pictures in batches of 64: 16 steps
     # A line is due once 20 s have passed: every 4th step (24 s), not every step.
     gaps = [b - a for a, b in itertools.pairwise(steps)][:-1]  # the last: at the end
     assert gaps and all(gap == 4 for gap in gaps), steps
