@@ -98,7 +98,7 @@ def test_the_defaults_that_once_differed(defaults):
     """The settings --help used to contradict the embedded default on (issue 14)."""
     assert lookup(defaults, "model.optimizer.lr") == 2e-3
     assert lookup(defaults, "data.mlm_probability") == 0.3
-    assert lookup(defaults, "trainer.max_epochs") == 2
+    assert lookup(defaults, "trainer.max_epochs") == 3
     assert lookup(defaults, "data.source.class_path") == "vitbert.data.ShapesSource"
 
 
