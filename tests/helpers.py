@@ -22,3 +22,23 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def train_cli(args: list[str]):
+    """``scripts/train.py``'s LightningCLI with its real parsers built for ``args``, stopped
+    before it parses, trains or loads anything: ``.parser`` (the main one), ``._parser(sub)``."""
+    from vitbert.cli import VitBertCLI, _cli
+
+    class ParsersBuiltError(Exception):
+        def __init__(self, cli: VitBertCLI) -> None:
+            self.cli = cli
+
+    class ParsersOnly(VitBertCLI):
+        def parse_arguments(self, parser, args) -> None:
+            raise ParsersBuiltError(self)
+
+    try:
+        _cli(args, cli_class=ParsersOnly)
+    except ParsersBuiltError as built:
+        return built.cli
+    raise AssertionError("the CLI ran instead of stopping at its parsers")

@@ -11,31 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 from docstring_parser import parse_from_object
+from helpers import train_cli
 
-from vitbert.cli import DEFAULT_CONFIG, VitBertCLI, _cli
+from vitbert.cli import DEFAULT_CONFIG
 from vitbert.models import VitBertConfig
-
-
-class _ParsersBuiltError(Exception):
-    """Carries the CLI out once its parsers exist."""
-
-    def __init__(self, cli: VitBertCLI) -> None:
-        self.cli = cli
-
-
-class _ParsersOnly(VitBertCLI):
-    """Builds the real parsers, then stops before parsing anything."""
-
-    def parse_arguments(self, parser, args) -> None:
-        raise _ParsersBuiltError(self)
 
 
 @pytest.fixture(scope="module")
 def fit_parser():
     """The fit subcommand's parser, as `train.py fit` builds it."""
-    with pytest.raises(_ParsersBuiltError) as stopped:
-        _cli(["fit", "--help"], cli_class=_ParsersOnly)  # --help: with the fields' docstrings
-    return stopped.value.cli._parser("fit")
+    return train_cli(["fit", "--help"])._parser("fit")  # --help: with the fields' docstrings
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +53,7 @@ SWITCHED_ON = {"model.net.image.attention_radius": (2, None),
 def parse(config: Path) -> dict:
     """``train.py fit --config config`` as train.py parses it (the main parser), as a dict."""
     args = ["fit", "--config", str(config)]
-    with pytest.raises(_ParsersBuiltError) as stopped:
-        _cli(args, cli_class=_ParsersOnly)
-    return stopped.value.cli.parser.parse_args(args).fit.as_dict()
+    return train_cli(args).parser.parse_args(args).fit.as_dict()
 
 
 def as_yaml(value):  # YAML has lists where the dataclasses keep tuples

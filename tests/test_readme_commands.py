@@ -20,8 +20,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import train_cli
 
-from vitbert.cli import CONFIG_FLAGS, DEFAULT_CONFIG, VitBertCLI, _cli
+from vitbert.cli import CONFIG_FLAGS, DEFAULT_CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -70,25 +71,9 @@ def arguments(command: str) -> list[str]:
 
 # ---------------------------------------------------------------------------- parsing a command
 
-class _ParsersBuiltError(Exception):
-    def __init__(self, cli: VitBertCLI) -> None:
-        self.cli = cli
-
-
-class _ParsersOnly(VitBertCLI):
-    """The real parsers of ``scripts/train.py``, built; nothing parsed, trained or loaded."""
-
-    def parse_arguments(self, parser, args) -> None:
-        raise _ParsersBuiltError(self)
-
-
 @functools.cache
 def train_parser():
-    try:
-        _cli(["fit"], cli_class=_ParsersOnly)
-    except _ParsersBuiltError as built:
-        return built.cli.parser
-    raise AssertionError("the CLI ran instead of stopping at its parsers")
+    return train_cli(["fit"]).parser
 
 
 @functools.cache

@@ -107,14 +107,21 @@ def checkpoint_source(ckpt: str | Path, root: str | None = None, cache_dir: str 
     return _source_from(data["source"], root, cache_dir), data
 
 
-def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
-                   cache_dir: str | None = None) -> tuple[DataLoader, CaptionDataset]:
-    """The loader validation used for `split`: the checkpoint's data settings, its tokenizer."""
+def checkpoint_split(ckpt: str | Path, split: str, root: str | None = None,
+                     cache_dir: str | None = None) -> tuple[Any, dict[str, Any], CaptionDataset]:
+    """The data source a ``.ckpt`` was trained on, its data settings, and ``split`` of its data
+    (the cache built if it is not there)."""
     if split not in SPLITS:
         raise DataError(f"split {split!r} is not one of {SPLITS}")
     source, data = checkpoint_source(ckpt, root, cache_dir)
     source.build_cache(int(data["image_size"]))
-    dataset = CaptionDataset(source.cache_dir, split)
+    return source, data, CaptionDataset(source.cache_dir, split)
+
+
+def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
+                   cache_dir: str | None = None) -> tuple[DataLoader, CaptionDataset]:
+    """The loader validation used for `split`: the checkpoint's data settings, its tokenizer."""
+    _, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     _, tokenizer = load_model(ckpt)
     collator = MLMCollator(tokenizer, mlm_probability=data["mlm_probability"],
                            whole_word=data.get("whole_word_masking", False), deterministic=True,
@@ -261,11 +268,7 @@ def analyse_binding(ckpt: str | Path, split: str = "test", num_images: int | Non
     """The binding swap tests (:mod:`vitbert.lit.binding`) of a ``.ckpt`` on ``num_images``
     pictures of ``split`` (a fixed sample; None: all), every caption of each, with the negatives
     of the data the checkpoint was trained on, and its matching head when it has one."""
-    if split not in SPLITS:
-        raise DataError(f"split {split!r} is not one of {SPLITS}")
-    source, data = checkpoint_source(ckpt, root, cache_dir)
-    source.build_cache(int(data["image_size"]))
-    dataset = CaptionDataset(source.cache_dir, split)
+    source, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     net, tokenizer = load_model(ckpt)
     max_length = int(data["max_length"])
     make = source.binding_swaps() or generic_swaps(
