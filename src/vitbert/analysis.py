@@ -29,7 +29,7 @@ from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.features import select_captions
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import load_model
-from vitbert.lit.binding import binding_scores, generic_swaps
+from vitbert.lit.binding import binding_scores, swap_maker
 from vitbert.lit.captioning import images_and_references
 from vitbert.lit.conditions import ANOTHER_PHOTO, TEXT_ONLY, WITH_PHOTO, another_photo
 from vitbert.lit.loss import masked_logits
@@ -271,9 +271,8 @@ def analyse_binding(ckpt: str | Path, split: str = "test", num_images: int | Non
     source, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     net, tokenizer = load_model(ckpt)
     max_length = int(data["max_length"])
-    make = source.binding_swaps() or generic_swaps(
-        tokenizer, SwapNegatives.from_captions(
-            tokenizer, CaptionDataset(source.cache_dir, "train").captions), max_length)
+    make = swap_maker(source, tokenizer, lambda: SwapNegatives.from_captions(
+        tokenizer, CaptionDataset(source.cache_dir, "train").captions), max_length)
     _, firsts, captions = images_and_references(dataset, num_images)
     images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
     return binding_scores(net, tokenizer, images, captions, make, _itm_head(ckpt, net),

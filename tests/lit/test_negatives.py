@@ -11,7 +11,6 @@ from vitbert.lit.negatives import (
     WordPairs,
     continuation_pieces,
     swap_candidates,
-    swap_noise,
     whole_words,
 )
 
@@ -85,21 +84,3 @@ def test_pieces_of_longer_words_never_swap(tokenizer):
         next_piece = pieces[k + 1] if k + 1 < len(pieces) else ""
         assert bool(whole[k]) == (not piece.startswith("##") and not next_piece.startswith("##"))
     assert not whole.all(), "the test needs a word of several pieces"
-
-
-def test_swap_noise_asks_for_the_true_words_where_the_swap_lies(tokenizer):
-    swaps = SwapNegatives.from_captions(tokenizer, CAPTIONS)
-    caption = encode(tokenizer, CAPTIONS[:2])
-    negative, _ = swaps(caption, torch.ones_like(caption, dtype=torch.bool))
-    labels = torch.full_like(caption, -100)
-    labels[:, 1] = caption[:, 1]  # an ordinary target elsewhere
-    noisy = torch.tensor([True, False])
-    inputs, targets = swap_noise(caption, labels, caption, negative, noisy, mask_token_id=4)
-    swapped = (negative[0] != caption[0]).nonzero().squeeze(1)
-    for p in swapped.tolist():
-        assert targets[0, p] == caption[0, p]
-        assert inputs[0, p] in (4, negative[0, p])
-    untouched = torch.ones_like(caption[0], dtype=torch.bool)
-    untouched[swapped] = False
-    assert torch.equal(inputs[0, untouched], caption[0, untouched])
-    assert torch.equal(inputs[1], caption[1]) and torch.equal(targets[1], labels[1])

@@ -72,13 +72,15 @@ def generic_swaps(tokenizer, swaps: SwapNegatives, max_length: int, seed: int = 
     return make
 
 
-def swap_maker(datamodule, tokenizer, training_swaps) -> SwapMaker:
+def swap_maker(source, tokenizer, training_swaps: Callable[[], SwapNegatives], max_length: int
+               ) -> SwapMaker:
     """The data source's own negatives (``DataSource.binding_swaps``) where it makes them, else
-    :func:`generic_swaps` over ``training_swaps(datamodule, tokenizer)``."""
-    own = datamodule.source.binding_swaps()
+    :func:`generic_swaps` over ``training_swaps()``, the swaps the training captions allow
+    (asked for only then: building them reads every training caption)."""
+    own = source.binding_swaps()
     if own is not None:
         return own
-    return generic_swaps(tokenizer, training_swaps(datamodule, tokenizer), datamodule.max_length)
+    return generic_swaps(tokenizer, training_swaps(), max_length)
 
 
 def hash_text(text: str) -> int:
@@ -139,6 +141,7 @@ def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[s
     if itm_head is not None:
         itm_head.eval()
     device = next(net.parameters()).device
+    vocab = tokenizer.get_vocab()  # a fresh dict on every call: once here
     wins: dict[tuple[str, str], list[float]] = defaultdict(list)  # (score, kind) → wins
     for start in range(0, len(images), batch_pictures):
         texts, photo, kinds, truth_of = [], [], [], []
@@ -160,14 +163,16 @@ def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[s
         if itm_head is not None:
             hidden, _ = net.encode(ids, keep, images=pixels, image_index=index)  # (B, T, D)
             itm = itm_head(hidden[:, 0]).float()  # (B,)
+        hidden_at = {}  # per true caption: its one-piece content words' readings
         for n, kind in enumerate(kinds):
             if kind is None:
+                hidden_at[n] = _single_piece_words(tokenizer, texts[n], content[n])
                 continue
             t = truth_of[n]
             for score, values in (("pll", pll), ("pll_text", pll_text), ("itm", itm)):
                 if values is not None:
                     wins[score, kind].append(_win(values[t], values[n]))
-            for log_p, right, wrong in _fill_readings(tokenizer, texts[t], texts[n], content[t],
+            for log_p, right, wrong in _fill_readings(vocab, texts[t], texts[n], hidden_at[t],
                                                       fills[t]):
                 wins["fill", kind].append(_win(log_p[right], log_p[wrong]))
     net.train(was_training)
@@ -187,11 +192,11 @@ def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[s
     return figures
 
 
-def _fill_readings(tokenizer, true: str, negative: str, content: Tensor, fills: Tensor):
+def _fill_readings(vocab: dict[str, int], true: str, negative: str, hidden_at: dict[int, int],
+                   fills: Tensor):
     """For each word the negative changed (a one-piece content word in both): the true caption's
-    log-probabilities where it is hidden (V,), the true word's id and the negative's."""
-    vocab = tokenizer.get_vocab()
-    hidden_at = _single_piece_words(tokenizer, true, content)
+    log-probabilities where it is hidden (V,), the true word's id and the negative's.
+    ``hidden_at``: :func:`_single_piece_words` of the true caption."""
     for word_index, right, wrong in _changed_words(true, negative):
         k = hidden_at.get(word_index)
         right, wrong = vocab.get(right.lower()), vocab.get(wrong.lower())
@@ -259,14 +264,19 @@ class BindingEvaluation(L.Callback):
         dataset = datamodule.dataset(getattr(datamodule, f"{stage}_split", stage))
         _, firsts, captions = images_and_references(dataset, limit)
         images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
-        make = swap_maker(datamodule, tokenizer, self.training_swaps)
+        make = swap_maker(datamodule.source, tokenizer,
+                          lambda: self.training_swaps(datamodule, pl_module), datamodule.max_length)
         figures = binding_scores(pl_module.net, tokenizer, images, captions, make,
                                  getattr(pl_module, "itm_head", None), datamodule.max_length,
                                  self.batch_pictures)
         pl_module.log_dict({f"{stage}/binding_{name}": value for name, value in figures.items()})
 
-    def training_swaps(self, datamodule, tokenizer) -> SwapNegatives:
-        """The swaps the training captions allow, built once per tokenizer."""
+    def training_swaps(self, datamodule, pl_module) -> SwapNegatives:
+        """The swaps the training captions allow: the module's when it trains with them, else
+        built here once per tokenizer."""
+        if getattr(pl_module, "swaps", None) is not None:
+            return pl_module.swaps
+        tokenizer = pl_module.tokenizer
         if self._swaps is None or self._swaps[0] is not tokenizer:
             captions = datamodule.dataset("train").captions
             self._swaps = (tokenizer, SwapNegatives.from_captions(tokenizer, captions))

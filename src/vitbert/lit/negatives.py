@@ -149,22 +149,3 @@ class SwapNegatives:
         swap (B,) bool; see :func:`swap_negatives`."""
         swappable = content & whole_words(ids, self.continuation)
         return swap_negatives(ids, swappable, self.pairs, generator)
-
-
-def swap_noise(input_ids: Tensor, labels: Tensor, caption: Tensor, negative: Tensor,
-               noisy: Tensor, mask_token_id: int, ignore_index: int = -100
-               ) -> tuple[Tensor, Tensor]:
-    """MLM inputs and labels where the ``noisy`` (B,) captions carry their swap: at each of the
-    two swapped positions the target is the caption's own piece, and the input is [MASK] or, as
-    often, the *other* swapped piece, left in view.
-
-    Why: in a clean caption the words around a hidden one never lie, so a model can fill "a small
-    [MASK] circle left of a large blue square" with the colour in the picture that the caption
-    has not named yet, without knowing which object is the circle. With the swap in view
-    ("… a large red square") that shortcut gives the wrong answer; only reading which colour the
-    circle has gives the right one, and a wrong word in view must be put right from the photo.
-    """
-    swapped = (negative != caption) & noisy[:, None]  # (B, T) the two positions per caption
-    hide = swapped & (torch.rand(swapped.shape, device=swapped.device) < 0.5)
-    inputs = torch.where(swapped, negative, input_ids).masked_fill(hide, mask_token_id)
-    return inputs, torch.where(swapped, caption, labels)
