@@ -120,3 +120,18 @@ def make_flickr(tmp_path: Path, image_folder: Path, fmt: str) -> Path:
 @pytest.fixture
 def flickr_root(tmp_path, image_folder):
     return lambda fmt: make_flickr(tmp_path, image_folder, fmt)
+
+
+def write_kaggle(root: Path, names: list[str]) -> Path:
+    """A Kaggle-layout Flickr30k copy of real JPEGs: ``root/results.csv`` (its "| " format, five
+    captions a photo) and ``root/flickr30k_images/<name>``; it carries no split of its own."""
+    folder = root / "flickr30k_images"
+    folder.mkdir(parents=True)
+    photos = _photos()
+    lines = ["image_name| comment_number| comment"]
+    for i, name in enumerate(names):
+        crop = photos[i % 3][i * 5 : i * 5 + 200, i * 4 : i * 4 + 260]
+        Image.fromarray(crop).resize((64, 48)).save(folder / name, quality=90)
+        lines += [f"{name}| {k}| {c}" for k, c in enumerate(captions_for(name))]
+    (root / "results.csv").write_text("\n".join(lines) + "\n")
+    return root

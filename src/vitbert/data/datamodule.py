@@ -26,12 +26,15 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
 from .augment import random_resized_crop
-from .cache import SPLITS, CaptionDataset, DataError
+from .cache import SPLITS, CaptionDataset, DataError, read_meta
 from .features import ImageFeatures
 from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
 from .sources import DataSource, ShapesSource
 from .tokenizer import cached_wordpiece, load_tokenizer
+
+# What each stage does with the split it reads (the error when that split is empty says it).
+STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predict": "predict"}
 
 
 class CaptionDataModule(L.LightningDataModule):
@@ -177,6 +180,63 @@ class CaptionDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         self._build_cache()  # no-op when current; covers setup() without prepare_data()
         _ = self.tokenizer
+        if stage in STAGE_VERB:
+            self._check_stage_split(stage)
+        if stage == "fit":
+            self._say(self.data_summary())
+            if not self.split_sizes()[self.val_split][0] and self.trainer is not None:
+                self.trainer.limit_val_batches = 0  # Lightning's "no validation", said above
+
+    # -- the splits, said out loud ----------------------------------------------------------------
+
+    def split_sizes(self) -> dict[str, tuple[int, int]]:
+        """(photos, captions) of each split, as the cache recorded them when it was built."""
+        meta = self._meta()
+        return {s: (meta["splits"][s], meta["split_captions"][s]) for s in SPLITS}
+
+    def data_summary(self) -> str:
+        """What a fit reads: photos and captions per split and where the split came from.
+
+        Printed at the start of every fit, so a split that is not the one expected (a hash split
+        where Karpathy's was meant) or too small to mean anything is seen before hours of training.
+        """
+        meta = self._meta()
+        lines = [f"data: {self.cache_dir}; split: {self.source.split_origin(meta)}"]
+        for split, (photos, captions) in self.split_sizes().items():
+            if photos:
+                lines.append(f"  {split}: {photos} photos, {captions} captions")
+                continue
+            why, fix = self.source.empty_split(meta, split)
+            roles = [role for role, used in (("validation is off", self.val_split),
+                                             ("there is nothing to test", self.test_split))
+                     if used == split]
+            uses = f"; {' and '.join(roles)}: {fix}" if roles else ""  # else no stage reads it
+            lines.append(f"  {split}: 0 photos ({why}){uses}")
+        return "\n".join(lines)
+
+    def _check_stage_split(self, stage: str) -> None:
+        """Stop with one line when the split a stage needs is empty. A fit whose validation split
+        is empty runs without validation instead: a zero-length loader would only get Lightning's
+        "Total length of DataLoader across ranks is zero" and validation hooks with no batch."""
+        split = {"fit": "train", "validate": self.val_split, "test": self.test_split,
+                 "predict": self.predict_split}[stage]
+        photos, _ = self.split_sizes()[split]
+        if not photos:
+            why, fix = self.source.empty_split(self._meta(), split)
+            raise DataError(f"{split}: 0 photos ({why}); nothing to {STAGE_VERB[stage]}: {fix}")
+
+    def _meta(self) -> dict[str, Any]:
+        self._build_cache()
+        meta = read_meta(self.cache_dir)
+        if meta is None:  # built a moment ago: only a concurrent rebuild removes it
+            raise DataError(f"{self.cache_dir}: the image cache disappeared (cache.json missing);"
+                            " is another run rebuilding it?")
+        return meta
+
+    def _say(self, text: str) -> None:
+        """Print once per run: on rank zero, or always without a Trainer."""
+        if self.trainer is None or self.trainer.is_global_zero:
+            print(text, flush=True)
 
     def dataset(self, split: str) -> CaptionDataset:
         if split not in self._datasets:

@@ -309,6 +309,31 @@ def cache_settings(src: Flickr30kCopy, image_size: int, val_fraction: float = VA
             "fingerprint": cache.fingerprint([src.ann_path], src.image_paths)}
 
 
+def split_origin(settings: dict[str, Any]) -> str:
+    """Where a cache's train / val / test split came from (its `cache_settings`), said at the
+    start of every fit: a hash split has few val and test photos on a small copy, and a user
+    who expected Karpathy's split should see at once that it was not used."""
+    path, rule = settings["source"], settings["split"]
+    if rule["rule"] == "annotations":
+        return f"Karpathy's split from {path}"
+    return (f"hash of the file name ({path} has no split; ~{rule['val']:.0%} val, "
+            f"~{rule['test']:.0%} test)")
+
+
+def empty_split(settings: dict[str, Any], split: str, photos: int, root: str | Path
+                ) -> tuple[str, str]:
+    """(why `split` holds no photo, how to give it some), for the data summary's line."""
+    name = Path(settings["source"]).name
+    if settings["split"]["rule"] == "annotations":
+        return (f"{name} puts no photo in {split}",
+                f"give some photos split '{split}' in {name}")
+    if split == "train":
+        return (f"the hash split of {photos} photos gave none",
+                f"add photos to {root} (about 94% of them land in train)")
+    return (f"the hash split of {photos} photos gave none",
+            f"add photos to {root} or give Karpathy's {ANNOTATION_FILES['karpathy']}")
+
+
 def decode_photos(src: Flickr30kCopy, out: Path, image_size: int, workers: int) -> dict[int, str]:
     """Step 3: every photo into its row of images.npy, in `workers` processes; returns
     {row: why} for the photos that could not be decoded."""

@@ -45,6 +45,16 @@ class DataSource(ABC):
     def train_captions(self, image_size: int) -> list[str]:
         """The training captions, the text the tokenizer is trained on."""
 
+    def split_origin(self, meta: dict[str, Any]) -> str:
+        """Where the cache's train / val / test split came from, said in the data summary at
+        the start of every fit; ``meta`` is the cache's cache.json (`vitbert.data.cache`)."""
+        return f"as written by {type(self).__name__}"
+
+    def empty_split(self, meta: dict[str, Any], split: str) -> tuple[str, str]:
+        """(why ``split`` holds no picture, how to give it some): the data summary's line for an
+        empty split, and the error when there is nothing to train on."""
+        return f"{type(self).__name__} wrote none", f"give {split} pictures in {self.cache_dir}"
+
     def caption_scores(self, candidates: Sequence[str], references: Sequence[Sequence[str]]
                        ) -> dict[str, float]:
         """Figures of written captions that only this data can give, beside the BLEU-4 and
@@ -112,6 +122,12 @@ class ShapesSource(DataSource):
         self.build_cache(image_size)  # generating the captions means generating the pictures
         return CaptionDataset(self.cache_dir, "train").captions
 
+    def split_origin(self, meta: dict[str, Any]) -> str:
+        return "generated (val and test hold colour-shape pairs unseen in training)"
+
+    def empty_split(self, meta: dict[str, Any], split: str) -> tuple[str, str]:
+        return (f"num_{split}=0", f"set --data.source.init_args.num_{split} above 0")
+
     def caption_scores(self, candidates: Sequence[str], references: Sequence[Sequence[str]]
                        ) -> dict[str, float]:
         """The share of captions naming both objects' colours and shapes right, and the colours
@@ -170,6 +186,12 @@ class Flickr30kSource(DataSource):
                 self.root, self.cache_dir, image_size, self.format, self.images_dir,
                 self.prepare_workers, self.max_bad_fraction)
         return self._summaries[image_size]
+
+    def split_origin(self, meta: dict[str, Any]) -> str:
+        return flickr30k.split_origin(meta["settings"])
+
+    def empty_split(self, meta: dict[str, Any], split: str) -> tuple[str, str]:
+        return flickr30k.empty_split(meta["settings"], split, meta["images"], self.root)
 
     def train_captions(self, image_size: int) -> list[str]:
         # The annotations alone: the tokenizer does not wait for the photos to be decoded.
