@@ -2,7 +2,9 @@
 """Turn a training checkpoint into a shareable folder: safetensors weights, config, tokenizer.
 
 The folder needs neither Lightning nor pickle to load (``FillMask.from_checkpoint(folder)``,
-``vitbert.io.load_model(folder)``) and can be given to ``--model.init_from`` to fine-tune.
+``vitbert.io.load_model(folder)``) and can be given to ``--model.init_from`` to fine-tune. It
+holds every trained weight: the network and the training heads (the word detector, the matching
+head) the run had, so a fine-tune from it starts them from what they learnt; it prints what went in.
 
     python scripts/export.py --ckpt checkpoints/last.ckpt --out exported/
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitbert.io import CheckpointError, export
+from vitbert.io import CheckpointError, export_and_describe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,11 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        folder = export(args.ckpt, args.out)
+        folder, contents = export_and_describe(args.ckpt, args.out)
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"exported {args.ckpt} → {folder}")
+    print(f"exported {args.ckpt} → {folder}: {contents}")
     return 0
 
 

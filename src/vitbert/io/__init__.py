@@ -5,12 +5,13 @@
 * :mod:`.transfer`: :func:`transfer_weights`, the one way weights move into a model that may
   differ from the one that wrote them, and its :class:`TransferReport`.
 * :mod:`.timm`: pretrained timm ViT weights renamed for the image tower.
-* :mod:`.load`: :func:`load_model` (to predict), :func:`export`, :func:`initialize` (the
-  start of a fresh run).
+* :mod:`.load`: :func:`load_model` (to predict), :func:`export` (the network and the training
+  heads), :func:`initialize` (the start of a fresh run: the network and the heads).
 """
 
 from vitbert.io.files import (
     CONFIG_FILE,
+    HEADS,
     REMOVED_WEIGHTS,
     REMOVED_WEIGHTS_WARNING,
     TIED_KEY,
@@ -23,17 +24,19 @@ from vitbert.io.files import (
     build_model,
     check_same_vocabulary,
     drop_removed_weights,
+    is_head_weight,
     not_a_checkpoint,
     read_checkpoint,
     stored_tokenizer,
     write_exported,
 )
-from vitbert.io.load import export, initialize, load_model
+from vitbert.io.load import export, export_and_describe, initialize, load_model
 from vitbert.io.timm import load_image_weights
 from vitbert.io.transfer import TransferReport, transfer_weights
 
 __all__ = [
     "CONFIG_FILE",
+    "HEADS",
     "REMOVED_WEIGHTS",
     "REMOVED_WEIGHTS_WARNING",
     "TIED_KEY",
@@ -48,7 +51,9 @@ __all__ = [
     "check_same_vocabulary",
     "drop_removed_weights",
     "export",
+    "export_and_describe",
     "initialize",
+    "is_head_weight",
     "load_image_weights",
     "load_model",
     "not_a_checkpoint",

@@ -4,10 +4,16 @@ Two kinds of file hold a model:
 
 * a Lightning checkpoint (``.ckpt``): everything needed to resume, with the architecture in
   ``hyper_parameters["net"]`` (plain values), the weights under ``state_dict`` prefixed ``net.``,
-  and the tokenizer's JSON text under :data:`TOKENIZER_KEY`; Lightning writes it;
+  the training heads beside it (:data:`HEADS`) under their own names, and the tokenizer's JSON
+  text under :data:`TOKENIZER_KEY`; Lightning writes it;
 * an exported folder: :data:`CONFIG_FILE`, :data:`WEIGHTS_FILE` and :data:`TOKENIZER_FILE`, the
   shareable form that needs neither Lightning nor pickle. The tied MLM decoder matrix is stored
-  once, under the word embedding (:data:`TIED_SOURCE`).
+  once, under the word embedding (:data:`TIED_SOURCE`); the heads are stored beside the network's
+  tensors under the names they have in a checkpoint (``word_head.classifier.weight``).
+
+Both are read into a :class:`StoredModel`: the network's tensors, and the heads' apart, so a
+model built to predict loads the network alone and a run started from the file
+(``--model.init_from``) gets the heads too.
 
 Every read goes through :func:`read_checkpoint`, which unpickles with ``weights_only=True``: a
 file whose pickle would run code is refused. Every write is atomic and readable by others
@@ -20,7 +26,7 @@ import json
 import pickle
 import warnings
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +50,10 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # what a config passed by
 REMOVED_WEIGHTS = "pointer."
 REMOVED_WEIGHTS_WARNING = ("this checkpoint's word pointer (a shapes-only decoding add-on, "
                            "removed) is ignored")
+# The heads of the training objectives, kept by the training module beside ``net``
+# (vitbert.models.heads), each with the setting that gives a run one (a report names it when a
+# run has no such head, or its source had none).
+HEADS = {"word_head": "word_detection_weight", "itm_head": "itm_weight"}
 
 
 class CheckpointError(ValueError):
@@ -55,12 +65,22 @@ class StoredModel:
     """Weights read from disk, before any model is built.
 
     ``config`` and ``tokenizer_json`` are None for weights that come without them (timm's).
+    ``heads``: the training heads' tensors (:data:`HEADS`), named as in a checkpoint
+    (``word_head.classifier.weight``); not part of the network ``state_dict`` builds.
+    ``ignored``: the names of a checkpoint's tensors that are neither, which nothing reads.
     """
 
     config: VitBertConfig | None
     state_dict: dict[str, Tensor]
     tokenizer_json: str | None
     source: str
+    heads: dict[str, Tensor] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+
+
+def is_head_weight(name: str) -> bool:
+    """Whether a module-level weight name (``word_head.classifier.weight``) is a head's."""
+    return name.split(".", 1)[0] in HEADS
 
 
 def not_a_checkpoint(path: Path) -> str | None:
@@ -95,14 +115,15 @@ def read_checkpoint(path: str | Path) -> StoredModel:
             f"{path}: a checkpoint, but not a vitbert one (no hyper_parameters['net'] or "
             "state_dict). Pass a .ckpt written by scripts/train.py."
         )
-    state_dict = {
-        key.removeprefix("net."): value
-        for key, value in checkpoint["state_dict"].items()
-        if key.startswith("net.")
-    }
+    weights = checkpoint["state_dict"]
+    state_dict = {key.removeprefix("net."): value for key, value in weights.items()
+                  if key.startswith("net.")}
     state_dict = drop_removed_weights(state_dict)
+    heads = {key: value for key, value in weights.items() if is_head_weight(key)}
+    ignored = [key for key in weights if not key.startswith("net.") and key not in heads]
     config = VitBertConfig.from_dict(hparams["net"])
-    return StoredModel(config, state_dict, checkpoint.get(TOKENIZER_KEY), str(path))
+    return StoredModel(config, state_dict, checkpoint.get(TOKENIZER_KEY), str(path), heads,
+                       ignored)
 
 
 def check_same_vocabulary(stored_json: str, tokenizer) -> None:
@@ -177,14 +198,20 @@ def _read_exported(folder: Path) -> StoredModel:
     config = VitBertConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
     tokenizer_path = folder / TOKENIZER_FILE
     tokenizer_json = tokenizer_path.read_text() if tokenizer_path.is_file() else None
-    state_dict = drop_removed_weights(load_file(folder / WEIGHTS_FILE))
+    weights = load_file(folder / WEIGHTS_FILE)
+    heads = {key: weights.pop(key) for key in list(weights) if is_head_weight(key)}
+    state_dict = drop_removed_weights(weights)
     state_dict.setdefault(TIED_KEY, state_dict[TIED_SOURCE])  # stored once: see write_exported
-    return StoredModel(config, state_dict, tokenizer_json, str(folder))
+    return StoredModel(config, state_dict, tokenizer_json, str(folder), heads)
 
 
-def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | None = None
-                   ) -> Path:
-    """``model.safetensors`` + ``config.json`` (+ ``tokenizer.json``), the tied matrix once."""
+def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | None = None,
+                   heads: dict[str, Tensor] | None = None) -> Path:
+    """``model.safetensors`` + ``config.json`` (+ ``tokenizer.json``), the tied matrix once.
+
+    ``heads`` (named as in a checkpoint, :data:`HEADS`) are stored beside the network's tensors:
+    a fine-tune from the folder starts them from what they learnt, as from the checkpoint.
+    """
     from safetensors.torch import save
 
     folder = Path(folder)
@@ -192,6 +219,7 @@ def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | N
         folder.mkdir(parents=True)
         folder.chmod(_SHARED_FOLDER_MODE)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
+    state |= {k: v.detach().contiguous() for k, v in (heads or {}).items()}
     files = {WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
              CONFIG_FILE: json.dumps(model.config.to_dict(), indent=2) + "\n"}
     if tokenizer_json is not None:

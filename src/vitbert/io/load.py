@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
 from vitbert.io.files import (
+    HEADS,
+    TIED_KEY,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     CheckpointError,
+    StoredModel,
     build_model,
     read_checkpoint,
     write_exported,
@@ -22,7 +26,11 @@ from vitbert.models.multimodal import VitBert
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu"):
     """(model in eval mode, tokenizer) from a ``.ckpt`` or an exported folder."""
-    stored = read_checkpoint(path)
+    return _model_of(read_checkpoint(path), path, map_location)
+
+
+def _model_of(stored: StoredModel, path: str | Path, map_location: str | torch.device = "cpu"):
+    """(model in eval mode, tokenizer) of weights read from ``path``."""
     if stored.tokenizer_json is None:
         raise CheckpointError(
             f"{path}: holds no tokenizer. Checkpoints written by scripts/train.py carry one; "
@@ -39,20 +47,47 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu"):
 
 
 def export(checkpoint: str | Path, out: str | Path) -> Path:
-    """Write the shareable folder: safetensors weights, config.json and tokenizer.json."""
-    model, tokenizer = load_model(checkpoint)
-    return write_exported(model, out, tokenizer_to_json(tokenizer))
+    """Write the shareable folder: safetensors weights (the network and every trained head),
+    config.json and tokenizer.json."""
+    return export_and_describe(checkpoint, out)[0]
 
 
-def initialize(net: VitBert, init_from: str | Path | None = None, tokenizer=None) -> str | None:
+def export_and_describe(checkpoint: str | Path, out: str | Path) -> tuple[Path, str]:
+    """:func:`export`, and a line saying what went into the folder (scripts/export.py prints
+    it)."""
+    stored = read_checkpoint(checkpoint)
+    model, tokenizer = _model_of(stored, checkpoint)
+    folder = write_exported(model, out, tokenizer_to_json(tokenizer), stored.heads)
+    return folder, _export_contents(model, stored)
+
+
+def _export_contents(model: VitBert, stored: StoredModel) -> str:
+    """"the network (N tensors), word_head (2 tensors)", and what the checkpoint held that was
+    left out, by name: nothing is dropped without a word."""
+    network = [name for name in model.state_dict() if name != TIED_KEY]  # the tied one once
+    parts = [f"the network ({len(network)} tensors)"]
+    for head in HEADS:
+        if count := sum(name.startswith(head + ".") for name in stored.heads):
+            parts.append(f"{head} ({count} tensors)")
+    line = ", ".join(parts)
+    if stored.ignored:
+        line += (f"; left out (not part of the model, nothing reads them): "
+                 f"{', '.join(stored.ignored)}")
+    return line
+
+
+def initialize(net: VitBert, init_from: str | Path | None = None, tokenizer=None,
+               heads: dict[str, nn.Module | None] | None = None) -> str | None:
     """The weights a fresh run starts from, and a report of what was loaded (None: nothing).
 
     ``init_from`` (a ``.ckpt`` or exported folder) gives every weight it can, rows matched by
-    token text; otherwise ``net.config.image.pretrained`` (timm name or file) gives the image
-    tower's. A resumed run, or a model loaded to predict, takes its weights from its own file.
+    token text, into ``net`` and into the training ``heads`` (name → head, None for one this run
+    does not train); the report names every tensor copied, not used, or left as initialised.
+    Otherwise ``net.config.image.pretrained`` (timm name or file) gives the image tower's. A
+    resumed run, or a model loaded to predict, takes its weights from its own file.
     """
     if init_from:
-        report = transfer_weights(net, read_checkpoint(init_from), tokenizer)
+        report = transfer_weights(net, read_checkpoint(init_from), tokenizer, heads=heads)
         return f"Fine-tuning {report}"
     if net.config.image.pretrained:
         return f"Image tower {load_image_weights(net.image_tower, net.config.image.pretrained)}"

@@ -10,7 +10,13 @@ checkpoints into a new run (fine-tuning). What may differ, and what happens:
   ``resample_abs_pos_embed``), its class-token row kept, dropped or left at its init to match;
 * a longer or shorter text position table: the common prefix is kept;
 * anything else of another shape: skipped and named, or with ``strict=True`` an error before
-  anything is written.
+  anything is written;
+* the training heads that live beside the network (``word_head``, ``itm_head``: :data:`HEADS`),
+  given as ``heads``: copied like the rest, or named with the setting that explains them when only
+  one side has the head (the source's is not used, or ours is left as initialised).
+
+Nothing moves in silence: the report names every source tensor not used and every tensor of ours
+left as initialised.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from vitbert.data.tokenizer import tokenizer_from_json
-from vitbert.io.files import TIED_KEY, StoredModel
+from vitbert.io.files import HEADS, TIED_KEY, StoredModel
 from vitbert.models.vit import ViT
 
 # Rows of these tensors are indexed by token id: on a vocabulary change they are matched by text.
-VOCAB_ROWS = ("text.embeddings.word.weight", "mlm_head.decoder.bias")
+VOCAB_ROWS = ("text.embeddings.word.weight", "mlm_head.decoder.bias",
+              "word_head.classifier.weight", "word_head.classifier.bias")
 TEXT_POSITIONS = "text.embeddings.position.weight"  # (max_len, D)
 
 
@@ -43,7 +50,7 @@ class TransferReport:
     vocabulary: str = ""
 
     def __str__(self) -> str:
-        lines = [f"from {self.source}: copied {len(self.copied)} tensors"]
+        lines = [f"from {self.source}: copied {len(self.copied)} tensors{_by_part(self.copied)}"]
         if self.vocabulary:
             lines.append(f"  vocabulary: {self.vocabulary}")
         for title, names in (("resized", self.resized), ("not used", self.skipped),
@@ -54,21 +61,68 @@ class TransferReport:
         return "\n".join(lines)
 
 
-def _summarise(names: list[str], limit: int = 8) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", … ({len(names) - limit} more)" if len(names) > limit else "")
+def _by_part(names: list[str]) -> str:
+    """" (image_tower 9, text 17, word_head 2)": how many tensors of each top-level part, so the
+    heads beside the network can be seen to have moved."""
+    counts: dict[str, int] = {}
+    for name in names:
+        part = name.split(".", 1)[0]
+        counts[part] = counts.get(part, 0) + 1
+    return f" ({', '.join(f'{part} {n}' for part, n in counts.items())})" if counts else ""
+
+
+def _summarise(entries: list[str], limit: int = 8) -> str:
+    """Entries ("name" or "name (why)") grouped by their reason, so each reason is said once:
+    "a, b (why); c (other why)", at most ``limit`` names shown a reason."""
+    groups: dict[str, list[str]] = {}
+    for entry in entries:
+        name, _, why = entry.partition(" (")
+        groups.setdefault(why, []).append(name)
+    shown = []
+    for why, names in groups.items():
+        more = f", … ({len(names) - limit} more)" if len(names) > limit else ""
+        shown.append(", ".join(names[:limit]) + more + (f" ({why}" if why else ""))
+    return "; ".join(shown)
+
+
+def _head_weights(heads: dict[str, nn.Module | None]) -> dict[str, Tensor]:
+    """The present heads' tensors under their module-level names (``word_head.classifier.bias``)."""
+    return {f"{name}.{key}": value for name, head in heads.items() if head is not None
+            for key, value in head.state_dict(keep_vars=True).items()}
+
+
+def _why_not_in_model(name: str, heads: dict[str, nn.Module | None] | None) -> str:
+    """Why a source tensor has no place in the model: a head this run does not train, named with
+    the setting that would give it one, or a tensor the architecture lacks."""
+    head = name.split(".", 1)[0]
+    if head not in HEADS:
+        return "not in this model"
+    if heads is None or head not in heads:
+        return f"a training head ({head}); only the network was given"
+    return f"this run has no {head}: its --model.{HEADS[head]} is 0"
+
+
+def _note_fresh_heads(source: StoredModel, heads: dict[str, nn.Module | None],
+                      report: TransferReport) -> None:
+    """Say which of our heads the source had none of: they start from their initialisation."""
+    for head, module in heads.items():
+        if module is not None and not any(n.startswith(head + ".") for n in source.heads):
+            report.notes.append(f"the source has no {head} (trained with --model.{HEADS[head]} "
+                                f"0): this run's {head} starts from its initialisation")
 
 
 def transfer_weights(model: nn.Module, source: StoredModel, tokenizer=None, *,
-                     strict: bool = False) -> TransferReport:
-    """Copy ``source``'s weights into ``model`` (a VitBert or an image tower) in place.
+                     strict: bool = False,
+                     heads: dict[str, nn.Module | None] | None = None) -> TransferReport:
+    """Copy ``source``'s weights into ``model`` (a VitBert or an image tower) in place, and its
+    training heads' into ``heads`` (name → head, None for one the run does not train).
 
     Every value is fitted before anything is written, so ``strict=True`` (a shape that does not
     fit is an error) leaves the model untouched when it raises. Parameters keep their identity;
     a tied decoder stays tied.
     """
     report = TransferReport(source.source)
-    target = model.state_dict(keep_vars=True)
+    target = model.state_dict(keep_vars=True) | _head_weights(heads or {})
     image_positions = {
         f"{name}.pos_embed.weight".lstrip("."): tower
         for name, tower in model.named_modules() if isinstance(tower, ViT)
@@ -76,11 +130,11 @@ def transfer_weights(model: nn.Module, source: StoredModel, tokenizer=None, *,
     row_map = _vocabulary_row_map(source, tokenizer, target, report)
     updates: dict[str, tuple[Tensor, Tensor | None]] = {}  # name → (value, rows or None = all)
     misfits = []
-    for name, value in source.state_dict.items():
+    for name, value in (source.state_dict | source.heads).items():
         if name == TIED_KEY:
             continue  # the decoder shares the word embedding's matrix: it moves through that
         if name not in target:
-            report.skipped.append(f"{name} (not in this model)")
+            report.skipped.append(f"{name} ({_why_not_in_model(name, heads)})")
             continue
         current, rows, how = target[name], None, ""
         if name in VOCAB_ROWS and row_map is not None:
@@ -94,7 +148,7 @@ def transfer_weights(model: nn.Module, source: StoredModel, tokenizer=None, *,
             value, rows, how = value[:n], torch.arange(n), f"first {n} positions"
         wanted = current.shape if rows is None else (len(rows), *current.shape[1:])
         if value.shape != wanted:
-            misfits.append(f"{name} {tuple(value.shape)} → {tuple(current.shape)}")
+            misfits.append(f"{name} (shape {tuple(value.shape)} → {tuple(current.shape)})")
             continue
         updates[name] = (value, rows)
         if how:
@@ -112,6 +166,7 @@ def transfer_weights(model: nn.Module, source: StoredModel, tokenizer=None, *,
             else:
                 target[name][rows] = value.to(target[name].dtype)
     report.missing = [name for name in target if name not in updates and name != TIED_KEY]
+    _note_fresh_heads(source, heads or {}, report)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     return report

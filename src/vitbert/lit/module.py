@@ -108,7 +108,8 @@ class MaskedLMModule(L.LightningModule):
             self.swaps = SwapNegatives.from_captions(self.tokenizer,
                                                      datamodule.dataset("train").captions)
         if stage == "fit" and not resuming:
-            report = initialize(self.net, self.hparams.init_from, self.tokenizer)
+            heads = {"word_head": self.word_head, "itm_head": self.itm_head}  # io.HEADS
+            report = initialize(self.net, self.hparams.init_from, self.tokenizer, heads)
             if report and self.trainer.is_global_zero:
                 print(report)
 

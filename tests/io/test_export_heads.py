@@ -1,0 +1,135 @@
+"""Nothing dropped in silence: an export carries every trained head (the word detector, the
+matching head) beside the network, and a run started from it (``--model.init_from``) copies them,
+or names each tensor it did not copy, with the setting that explains it."""
+
+from __future__ import annotations
+
+import contextlib
+from io import StringIO
+
+import pytest
+import torch
+from helpers import load_script
+from safetensors import safe_open
+
+from vitbert import io
+from vitbert.cli import main
+from vitbert.lit.module import MaskedLMModule
+
+TINY = ["--model.net.image.dim", "32", "--model.net.image.depth", "1",
+        "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
+        "--model.net.text.dim", "32", "--model.net.text.depth", "1",
+        "--model.net.text.num_heads", "2", "--model.num_examples", "0",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+WORD_HEAD = ["word_head.classifier.weight", "word_head.classifier.bias"]
+ITM_HEAD = ["itm_head.pooler.weight", "itm_head.pooler.bias", "itm_head.classifier.weight",
+            "itm_head.classifier.bias"]
+
+
+def _fit(tmp, *extra: str):
+    """Two steps of `train.py fit` on tiny generated data (the embedded default trains the word
+    detector; ``--model.itm_weight`` adds the matching head)."""
+    return main(["fit", *TINY, "--data.source.init_args.root", str(tmp / "shapes"),
+                 "--data.source.init_args.num_train", "64", "--data.source.init_args.num_val", "8",
+                 "--data.source.init_args.num_test", "8", "--data.num_workers", "0",
+                 "--data.batch_size", "8", "--trainer.max_steps", "2",
+                 "--trainer.limit_val_batches", "0", "--checkpoint.monitor", "null", *extra])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """(working folder, checkpoint, exported folder, what scripts/export.py printed) of a run
+    that trained both heads."""
+    tmp = tmp_path_factory.mktemp("heads")
+    out = StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)
+        _fit(tmp, "--model.itm_weight", "1.0", "--checkpoint.dirpath", str(tmp / "ckpt"))
+        ckpt = tmp / "ckpt" / "last.ckpt"
+        with contextlib.redirect_stdout(out):
+            code = load_script("export").main(["--ckpt", str(ckpt), "--out", str(tmp / "out")])
+    assert code == 0
+    return tmp, ckpt, tmp / "out", out.getvalue()
+
+
+def _module(stored: io.StoredModel, **heads: float) -> MaskedLMModule:
+    return MaskedLMModule(stored.config, **heads)
+
+
+def _heads(module: MaskedLMModule) -> dict:
+    return {"word_head": module.word_head, "itm_head": module.itm_head}
+
+
+def test_export_writes_every_trained_head_and_says_so(run):
+    _, ckpt, folder, printed = run
+    trained = torch.load(ckpt, weights_only=True)["state_dict"]
+    with safe_open(folder / io.WEIGHTS_FILE, "pt") as stored:
+        names = set(stored.keys())
+    assert set(WORD_HEAD + ITM_HEAD) <= names
+    assert "word_head (2 tensors), itm_head (4 tensors)" in printed, printed
+    assert "left out" not in printed  # the checkpoint held nothing else
+    reread = io.read_checkpoint(folder)
+    assert sorted(reread.heads) == sorted(WORD_HEAD + ITM_HEAD)
+    for name in WORD_HEAD + ITM_HEAD:
+        assert torch.equal(reread.heads[name], trained[name]), name
+    assert not any(io.is_head_weight(name) for name in reread.state_dict)  # the network alone
+    io.load_model(folder)  # still loads, strictly, to predict
+
+
+def test_with_the_same_heads_every_tensor_is_copied(run):
+    _, ckpt, folder, _ = run
+    stored = io.read_checkpoint(folder)
+    tokenizer = io.load_model(folder)[1]
+    module = _module(stored, word_detection_weight=1.0, itm_weight=1.0)
+    report = io.initialize(module.net, str(folder), tokenizer, _heads(module))
+    assert "not used" not in report and "left as initialised" not in report, report
+    first = report.splitlines()[0]
+    assert "word_head 2" in first and "itm_head 4" in first, report
+    trained = torch.load(ckpt, weights_only=True)["state_dict"]
+    ours = module.state_dict()
+    for name in (n for n in trained if not n.startswith(("val_", "test_"))):
+        assert torch.equal(ours[name], trained[name]), name
+
+
+def test_heads_this_run_lacks_are_named_as_not_used(run, tmp_path, monkeypatch, capsys):
+    """End to end: ``--model.init_from`` the export with neither head: the fit prints each."""
+    _, _, folder, _ = run
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    _fit(tmp_path, "--model.init_from", str(folder), "--model.word_detection_weight", "0")
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("  not used")]
+    assert line == (  # in the exported file's order (safetensors sorts the names)
+        "  not used (6): itm_head.classifier.bias, itm_head.classifier.weight, "
+        "itm_head.pooler.bias, itm_head.pooler.weight (this run has no itm_head: its "
+        "--model.itm_weight is 0); word_head.classifier.bias, word_head.classifier.weight (this "
+        "run has no word_head: its --model.word_detection_weight is 0)")
+    assert "left as initialised" not in out
+
+
+def test_heads_the_source_lacks_are_named_as_left_as_initialised(run):
+    _, _, folder, _ = run
+    stored = io.read_checkpoint(folder)
+    stored.heads = {name: value for name, value in stored.heads.items()
+                    if not name.startswith("itm_head.")}  # a run without the matching head
+    module = _module(stored, word_detection_weight=1.0, itm_weight=1.0)
+    fresh = {k: v.clone() for k, v in module.itm_head.state_dict().items()}
+    report = io.transfer_weights(module.net, stored, io.load_model(folder)[1],
+                                 heads=_heads(module))
+    assert report.missing == ITM_HEAD and not report.skipped
+    assert any("the source has no itm_head" in note for note in report.notes)
+    assert f"left as initialised (4): {', '.join(ITM_HEAD)}" in str(report)
+    for key, value in module.itm_head.state_dict().items():
+        assert torch.equal(value, fresh[key]), key
+    for name in WORD_HEAD:
+        assert torch.equal(module.state_dict()[name], stored.heads[name]), name
+
+
+def test_a_transfer_given_no_heads_still_names_the_sources(run):
+    """Weights moved into a bare network (no module around it): the heads are named, not lost."""
+    _, _, folder, _ = run
+    stored = io.read_checkpoint(folder)
+    report = io.transfer_weights(_module(stored).net, stored)
+    assert sorted(report.skipped) == sorted(
+        f"{name} (a training head ({name.split('.')[0]}); only the network was given)"
+        for name in WORD_HEAD + ITM_HEAD)
