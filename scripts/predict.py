@@ -7,8 +7,11 @@
     python scripts/predict.py --ckpt ... --image ... --text "..." --attention mask.png --layer -1
 
 Words marked * are the ones the photo brought in: in the top-k with the photo, not in the
-text-only top-k. ``--ckpt`` takes a ``.ckpt`` written by ``scripts/train.py`` or an exported
-folder (config.json, model.safetensors, tokenizer.json).
+text-only top-k. Words of --text that the model's vocabulary lacks (read as [UNK]) are named in
+one "warning:" line on stderr, and in --json as "unknown_words" and "warning".
+
+``--ckpt`` takes a ``.ckpt`` written by ``scripts/train.py`` or an exported folder
+(config.json, model.safetensors, tokenizer.json).
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help='the sentence, with [MASK] where a word is hidden (one or more)')
     parser.add_argument("--top-k", type=int, default=5, help="guesses per [MASK] (default 5)")
     parser.add_argument("--json", action="store_true",
-                        help='print {"text", "masks": [{"index", "with_image", "text_only"}]}')
+                        help='print {"text", "unknown_words", "warning", "masks": [{"index", '
+                             '"with_image", "text_only"}]}')
     parser.add_argument("--attention", type=Path, metavar="OUT.png",
                         help="save the photo overlaid with each [MASK]'s attention over the "
                              "image tokens (mean over heads)")
@@ -139,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             return fail(f"--attention {args.attention}: cannot write ({error})")
     print(output)
+    if result["warning"] is not None:  # stderr: stdout stays the table or one JSON document
+        print(f"warning: {result['warning']}", file=sys.stderr)
     if picture is not None and not args.json:
         print(f"\nattention picture: {args.attention}")
     if args.timing:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 import io
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +36,8 @@ try:
 except ImportError as error:  # the core install stays lean; the page is an extra
     raise ImportError("the demo needs Gradio: pip install -e '.[demo]'") from error
 
-from vitbert.data.cache import BadImageError, to_rgb
-from vitbert.predict import MASK, FillMask, PredictError
+from vitbert.data.cache import BadImageError
+from vitbert.predict import MASK, FillMask, PredictError, read_photo
 
 MAX_TEXT_CHARS = 400  # a caption is a sentence; the model reads at most max_len word pieces anyway
 MAX_TOP_K = 20
@@ -100,29 +101,44 @@ def hide_first(caption: str, words) -> str:
 
 
 def folder_examples(folder: str | Path, count: int = MAX_EXAMPLE_PHOTOS) -> list[Example]:
-    """Up to ``count`` readable photos of ``folder`` (by name), shrunk for display.
+    """Up to ``count`` readable photos of ``folder`` (by name), upright, shrunk for display.
 
-    Unreadable files are skipped with a log line: a bad example must not stop the page.
+    Photos are read by :func:`vitbert.predict.read_photo`, as uploads are. Nothing is left out in
+    silence: a file that cannot be read is skipped (a bad example must not stop the page) and
+    named on stderr, one line with the reason; so are the files that are not photos, and the
+    photos left over once the gallery has ``count``.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise DemoInputError(f"--examples {folder}: no such folder; pass a folder of photos")
+    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    photos = [p for p in entries if p.is_file() and p.suffix.lower() in PHOTO_SUFFIXES]
+    others = [p.name + ("/" if p.is_dir() else "") for p in entries if p not in photos]
+    if others:
+        _say(f"--examples {folder}: not photos ({', '.join(PHOTO_SUFFIXES)}), left out: "
+             f"{', '.join(others)}")
     found = []
-    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in PHOTO_SUFFIXES):
-        try:
-            with Image.open(path) as img:
-                photo = to_rgb(img).copy()  # decoded now, while the file is open
-            photo.thumbnail((EXAMPLE_MAX_SIDE, EXAMPLE_MAX_SIDE))
-        except (OSError, ValueError) as error:
-            log.warning("--examples: skipping %s (%s)", path, error)
-            continue
-        found.append(Example(np.asarray(photo), path.name, PHOTO_SENTENCE))
+    for i, path in enumerate(photos):
         if len(found) == count:
+            _say(f"--examples {folder}: the gallery shows {count} photos; {len(photos) - i} "
+                 f"more left out, from {path.name} on")
             break
+        try:
+            photo = read_photo(path, at_least=EXAMPLE_MAX_SIDE)
+        except BadImageError as error:
+            _say(f"--examples: skipped {path.name}: {error}")
+            continue
+        photo.thumbnail((EXAMPLE_MAX_SIDE, EXAMPLE_MAX_SIDE))
+        found.append(Example(np.asarray(photo), path.name, PHOTO_SENTENCE))
     if not found:
         raise DemoInputError(f"--examples {folder}: no readable photo in it "
                              f"({', '.join(PHOTO_SUFFIXES)})")
     return found
+
+
+def _say(message: str) -> None:
+    """One line to stderr, where the person who started the page reads what it left out."""
+    print(message, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,13 +168,15 @@ def answer(fill_mask: FillMask, image, text: str | None, top_k=DEFAULT_TOP_K) ->
     """Both readings of ``text`` (with ``image``, and alone) and the attention picture.
 
     ``image`` is anything :func:`vitbert.predict.load_image` takes (the page passes a file path
-    in Gradio's temp folder). Raises :class:`DemoInputError` for anything the user can fix.
+    in Gradio's temp folder: the file as uploaded). Raises :class:`DemoInputError` for anything
+    the user can fix. Words outside the model's vocabulary are not an error: ``result`` names
+    them (``unknown_words``, ``warning``) and :func:`bars_html` shows the warning.
     """
     from vitbert.attention_picture import render_attention
 
     text, top_k = check_query(image, text, top_k)
     if isinstance(image, (str, Path)):
-        image = read_photo(image)  # once, for both calls below
+        image = read_upload(image, fill_mask.image_size)  # once, for both calls below
     start = time.perf_counter()
     try:
         result = fill_mask.compare(text, image, top_k=top_k)
@@ -170,12 +188,12 @@ def answer(fill_mask: FillMask, image, text: str | None, top_k=DEFAULT_TOP_K) ->
     return Answer(result, picture, time.perf_counter() - start)
 
 
-def read_photo(path: str | Path) -> Image.Image:
-    """The uploaded file as an RGB PIL image; an unreadable one is the user's error, said so."""
+def read_upload(path: str | Path, size: int | None = None) -> Image.Image:
+    """The uploaded file as :func:`vitbert.predict.read_photo` reads every user's photo (at least
+    ``size`` px, the model's: read as the training cache reads); unreadable is the user's error."""
     try:
-        with Image.open(path) as img:
-            return to_rgb(img).copy()  # decoded now, while the file is open
-    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        return read_photo(path, at_least=size)
+    except BadImageError as error:
         raise DemoInputError(f"Cannot read the photo {Path(path).name!r} as an image ({error}); "
                              "upload a JPEG, PNG or WebP file.") from None
 
@@ -184,10 +202,13 @@ def bars_html(result: dict[str, Any]) -> str:
     """Per [MASK], the with-photo and text-only top-k as bars, side by side, in plain HTML.
 
     A with-photo word that is not among the text-only top-k is marked ★: the photo brought it in.
-    Every word is HTML-escaped (the vocabulary comes from a file).
+    The result's ``warning`` (words read as [UNK]) comes first: the guesses below answer the
+    sentence as the model read it. Every word is HTML-escaped (the vocabulary comes from a file).
     """
     count = len(result["masks"])
     parts = []
+    if result.get("warning"):
+        parts.append(f'<p class="vb-warning">⚠ {html.escape(result["warning"])}</p>')
     for mask in result["masks"]:
         title = f"[MASK] {mask['index'] + 1} of {count}" if count > 1 else "[MASK]"
         text_only = {guess["token"] for guess in mask["text_only"]}
@@ -231,6 +252,7 @@ STYLE = """<style>
 .vb-text-only .vb-bar { background: #999; }
 .vb-score { text-align: right; font-variant-numeric: tabular-nums; }
 .vb-legend { color: #888; font-size: 0.9em; }
+.vb-warning { color: #b35900; font-weight: bold; }
 </style>"""
 
 
@@ -275,7 +297,8 @@ def write_caption(captioner, image, method: str) -> str:
     if image is None:
         return "**Cannot caption:** no photo yet: upload one, or pick one from the gallery."
     try:
-        photo = read_photo(image) if isinstance(image, (str, Path)) else image
+        size = getattr(captioner, "image_size", None)  # a Captioner's: read as trained
+        photo = read_upload(image, size) if isinstance(image, (str, Path)) else image
         best = captioner(photo, num_beams=1 if method == "greedy" else 3)[0]
     except DemoInputError as error:
         return f"**Cannot caption:** {error}"

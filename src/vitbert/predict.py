@@ -15,6 +15,7 @@ H heads, M [MASK]s in the batch.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,10 +23,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 from torch import Tensor
 
-from vitbert.data.cache import BadImageError, decode_image, resize_center_crop, to_rgb
+from vitbert.data.cache import BadImageError, resize_center_crop, to_rgb
 from vitbert.decoding import fill, guesses
 from vitbert.io import load_model
 
@@ -35,6 +36,10 @@ MASK = "[MASK]"
 
 class PredictError(ValueError):
     """A query the model cannot answer as given; the message says what to change."""
+
+
+class UnknownWordsWarning(UserWarning):
+    """Words of a query the model's vocabulary lacks: it reads each of them as [UNK]."""
 
 
 def default_device() -> torch.device:
@@ -56,20 +61,55 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def read_photo(path: str | Path, at_least: int | None = None) -> Image.Image:
+    """A user's photo file as an upright RGB PIL image: the one reader of every photo a user gives.
+
+    The demo's uploads and ``--examples``, ``scripts/predict.py --image``, ``scripts/caption.py
+    --image`` and :class:`FillMask` / ``Captioner`` given a path all come here, so a photo that one
+    of them reads, all of them read, the same way. It reads what people have: JPEG (CMYK too), PNG
+    (RGBA laid on white, palette, grey, 16-bit), WebP, ...; a phone photo stored sideways with an
+    EXIF Orientation tag is turned upright; the pixels are decoded before the file is closed.
+
+    ``at_least``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale while both sides stay at least
+    this long (libjpeg's draft mode: 3-5x faster). With the model's image size this is exactly what
+    the training cache does (``vitbert.data.cache.decode_image``), so a photo meets the model as
+    its training photos did. Raises :class:`BadImageError` whose message says why (the caller
+    names the file: it knows how the user called it).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BadImageError("missing file")
+    if path.stat().st_size == 0:
+        raise BadImageError("zero-byte file")
+    try:
+        ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated JPEG is an error, not a grey stripe
+        with Image.open(path) as img:
+            if at_least is not None and img.format == "JPEG":
+                img.draft("RGB", (at_least, at_least))
+            img.load()
+            return to_rgb(ImageOps.exif_transpose(img))  # a new image: the file may close
+    except UnidentifiedImageError:
+        raise BadImageError("cannot identify image file (not an image, or a format Pillow "
+                            "cannot read)") from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        raise BadImageError(f"cannot decode: {error}") from None
+
+
 def load_image(image: ImageLike, size: int) -> Tensor:
     """Any accepted image → uint8 (3, size, size), resized and centre-cropped like the data cache.
 
     Every form goes through the cache's own PIL path (``to_rgb`` then ``resize_center_crop``), so a
-    photo meets the model exactly as its training photos did. Accepted: a file path; a PIL image;
-    a numpy array (H, W, 3) or (H, W) uint8, or float in [0, 1]; a tensor (3, H, W) uint8 or float
-    in [0, 1].
+    photo meets the model exactly as its training photos did; a path is read by
+    :func:`read_photo`. Accepted: a file path; a PIL image; a numpy array (H, W, 3) or (H, W)
+    uint8, or float in [0, 1]; a tensor (3, H, W) uint8 or float in [0, 1].
     """
     if isinstance(image, (str, Path)):
         try:
-            return torch.from_numpy(decode_image(image, size))
+            photo = read_photo(image, at_least=size)
         except BadImageError as error:
             raise BadImageError(f"{image}: {error}; pass a readable image file "
                                 "(JPEG, PNG, ...)") from None
+        return torch.from_numpy(resize_center_crop(photo, size))
     if isinstance(image, Image.Image):
         return torch.from_numpy(resize_center_crop(to_rgb(image), size))
     if isinstance(image, Tensor):
@@ -89,6 +129,39 @@ def load_image(image: ImageLike, size: int) -> Tensor:
         return torch.from_numpy(resize_center_crop(to_rgb(Image.fromarray(image)), size))
     raise PredictError(f"image of type {type(image).__name__}: pass a file path, a PIL image, "
                        "a numpy array (H, W, 3) or a tensor (3, H, W)")
+
+
+def unknown_words(tokenizer, text: str) -> list[str]:
+    """The words of ``text`` the model's vocabulary cannot spell, as the user wrote them, in order
+    and once each.
+
+    WordPiece turns a word it cannot build from its pieces into one [UNK] token: the model then
+    reads "unknown word", the same for all of them, and a guess about such a sentence is about
+    another sentence than the one the user meant. A word counts when its encoding holds the unk
+    token; the tokenizer's offsets map that token back to the text (so "Zebra," gives "Zebra",
+    as typed). A word spelled from pieces of the vocabulary ("playing" → "play ##ing") is not
+    counted, even when those pieces are single letters the model never read as a word (the shapes
+    vocabulary spells "child" c ##h ##i ##l ##d): only [UNK] is certain to be lost. A literal
+    "[UNK]" typed by the user is not reported as a word.
+    """
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    found: list[str] = []
+    for token_id, (start, end) in zip(encoding["input_ids"], encoding["offset_mapping"],
+                                      strict=True):
+        word = text[start:end]
+        if token_id == tokenizer.unk_token_id and word != tokenizer.unk_token \
+                and word not in found:
+            found.append(word)
+    return found
+
+
+def unknown_words_warning(words: list[str]) -> str | None:
+    """The one-line warning for :func:`unknown_words`' result, or None when there is none."""
+    if not words:
+        return None
+    listed = ", ".join(repr(word) for word in words)
+    return (f"{len(words)} word{'s' if len(words) > 1 else ''} not in this model's vocabulary, "
+            f"read as [UNK] (it knows only the words of its training captions): {listed}")
 
 
 class FillMask:
@@ -136,6 +209,9 @@ class FillMask:
         per mask. A list of texts → a list of those, computed in one forward pass (padded to the
         longest text of the batch). ``image`` is one image for every text, a list with one image
         (or None) per text, or None to read the text alone.
+
+        A text with words outside the vocabulary is answered, with an :class:`UnknownWordsWarning`
+        naming them (the pipeline's result shape has no room for it; :meth:`compare`'s has).
         """
         texts = [text] if isinstance(text, str) else list(text)
         if isinstance(image, (list, tuple)):
@@ -148,19 +224,28 @@ class FillMask:
         # The pipeline's shape: a list for one [MASK], a list of lists for several.
         results = [masks[0] if len(masks) == 1 else masks
                    for masks in self._top_k(texts, images, top_k)]
+        for one in texts:
+            warning = unknown_words_warning(unknown_words(self.tokenizer, one))
+            if warning is not None:
+                warnings.warn(f"{one!r}: {warning}", UnknownWordsWarning, stacklevel=2)
         return results[0] if isinstance(text, str) else results
 
     def compare(self, text: str, image: ImageLike, top_k: int = 5) -> dict[str, Any]:
         """The guesses with the photo and from the text alone, side by side.
 
-        ``{"text", "masks": [{"index", "with_image": [...], "text_only": [...]}]}``, where
-        ``index`` counts the [MASK]s from 0 in reading order. Both readings run in one forward
-        pass: the second row sees the photo's tokens blocked, which the model defines as equal
-        to reading the text alone.
+        ``{"text", "unknown_words", "warning", "masks": [{"index", "with_image": [...],
+        "text_only": [...]}]}``, where ``index`` counts the [MASK]s from 0 in reading order, and
+        ``unknown_words`` lists the words read as [UNK] (:func:`unknown_words`), with ``warning``
+        the one line that says so (None when every word is known). Both readings run in one
+        forward pass: the second row sees the photo's tokens blocked, which the model defines as
+        equal to reading the text alone.
         """
         with_image, text_only = self._top_k([text, text], [image, None], top_k, sequence=False)
+        unknown = unknown_words(self.tokenizer, text)
         return {
             "text": text,
+            "unknown_words": unknown,
+            "warning": unknown_words_warning(unknown),
             "masks": [
                 {"index": i, "with_image": a, "text_only": b}
                 for i, (a, b) in enumerate(zip(with_image, text_only, strict=True))
@@ -213,9 +298,16 @@ class FillMask:
         lengths = batch["attention_mask"].sum(dim=1)
         for text, length in zip(texts, lengths.tolist(), strict=True):
             if length > self.max_len:
-                raise PredictError(f"{text!r} is {length} word pieces long with [CLS] and [SEP]; "
-                                   f"this model reads at most {self.max_len}: shorten it")
+                raise PredictError(self._too_long(text, length))
         return {key: batch[key].to(self.device) for key in ("input_ids", "attention_mask")}
+
+    def _too_long(self, text: str, length: int) -> str:
+        """Why a sentence is refused: the model has no positions past the length it trained on."""
+        N = self.max_len
+        return (f"{text!r} is {length} word pieces long with [CLS] and [SEP]; this model reads at "
+                f"most {N}: it was trained with max_len {N} (its checkpoint's text.max_len), so it "
+                f"has learned positions for {N} pieces only and its training captions were cut "
+                f"to {N}. Shorten the sentence to at most {N - 2} pieces between [CLS] and [SEP]")
 
     @torch.inference_mode()
     def _top_k(self, texts: list[str], images: list, top_k: int, sequence: bool = True
@@ -265,5 +357,5 @@ class FillMask:
         return torch.stack(pixels).to(self.device), visible
 
 
-__all__ = ["FillMask", "ImageLike", "PredictError", "default_device", "load_image",
-           "torch_threads"]
+__all__ = ["FillMask", "ImageLike", "PredictError", "UnknownWordsWarning", "default_device",
+           "load_image", "read_photo", "torch_threads", "unknown_words", "unknown_words_warning"]

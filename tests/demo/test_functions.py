@@ -99,6 +99,7 @@ def test_each_bad_query_is_a_status_line_not_an_exception(demo_fill_mask, traine
 def test_a_bug_is_reported_in_the_page_and_does_not_raise(trained):
     class Broken:
         device = "cpu"
+        image_size = 32
 
         def compare(self, *args, **kwargs):
             raise RuntimeError("kaboom")
@@ -115,6 +116,27 @@ def test_respond_answers_with_time_and_all_outputs(demo_fill_mask, trained):
     assert bars.count('class="vb-row') == 6 and isinstance(picture, Image.Image)
     assert [g["token_str"] for g in as_json["masks"][0]["with_image"]] == \
         re.findall(r'class="vb-word">(.*?)</span>', bars)[:3]
+
+
+def test_the_answer_names_the_words_read_as_unk(demo_fill_mask, trained):
+    from vitbert.predict import unknown_words, unknown_words_warning
+
+    text = "a small [MASK] circle left of a zebra"
+    assert unknown_words(demo_fill_mask.tokenizer, text) == ["zebra"]  # no "z" in shapes captions
+    status, bars, _, as_json = demo.respond(demo_fill_mask, str(trained.photo), text, 3)
+    assert status.startswith("Answered in ")
+    warning = unknown_words_warning(["zebra"]).replace("'", "&#x27;")  # HTML-escaped
+    assert f'<p class="vb-warning">⚠ {warning}</p>' in bars
+    assert bars.index("vb-warning") < bars.index('class="vb-mask"')  # above the guesses
+    assert as_json["unknown_words"] == ["zebra"] and "'zebra'" in as_json["warning"]
+    _, bars, _, as_json = demo.respond(demo_fill_mask, str(trained.photo), "a [MASK] circle", 3)
+    assert "vb-warning" not in bars.split("</style>")[1] and as_json["warning"] is None
+
+
+def test_bars_escape_the_warning():
+    result = {"text": "x", "warning": "1 word not in this model's vocabulary: '<b>'", "masks": []}
+    page = demo.bars_html(result)
+    assert "&lt;b&gt;" in page and "<b>" not in page.split("</style>")[1]
 
 
 def test_folder_examples_keep_readable_photos_in_name_order(tmp_path):

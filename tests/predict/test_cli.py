@@ -56,7 +56,9 @@ def test_full_run_prints_json(trained):
     result = run_script(*args(trained, "--json", "--top-k", "3"))
     assert result.returncode == 0, result.stderr
     output = json.loads(result.stdout)  # the whole of stdout is one JSON document
-    assert list(output) == ["text", "masks"] and output["text"] == TEXT
+    assert list(output) == ["text", "unknown_words", "warning", "masks"] and output["text"] == TEXT
+    assert (output["unknown_words"], output["warning"]) == ([], None)  # every word is known
+    assert "warning" not in result.stderr
     assert [mask["index"] for mask in output["masks"]] == [0, 1]
     for mask in output["masks"]:
         assert list(mask) == ["index", "with_image", "text_only"]

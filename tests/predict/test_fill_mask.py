@@ -80,7 +80,7 @@ def test_one_image_per_text_and_none_mix_in_one_batch(fill_mask, trained):
 def test_compare_gives_both_readings(fill_mask, trained):
     text = "a [MASK] circle [MASK] a square"
     result = fill_mask.compare(text, trained.photo, top_k=3)
-    assert list(result) == ["text", "masks"] and result["text"] == text
+    assert list(result) == ["text", "unknown_words", "warning", "masks"] and result["text"] == text
     assert [mask["index"] for mask in result["masks"]] == [0, 1]
     for mask, with_image, text_only in zip(result["masks"], fill_mask(text, trained.photo, 3),
                                            fill_mask(text, None, 3), strict=True):
