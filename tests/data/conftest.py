@@ -122,6 +122,13 @@ def flickr_root(tmp_path, image_folder):
     return lambda fmt: make_flickr(tmp_path, image_folder, fmt)
 
 
+@pytest.fixture
+def kaggle_copy():
+    """``kaggle_copy(root, names)``: :func:`write_kaggle`, as a fixture (a test module importing
+    ``conftest`` by name can get another folder's when several folders run together)."""
+    return write_kaggle
+
+
 def write_kaggle(root: Path, names: list[str]) -> Path:
     """A Kaggle-layout Flickr30k copy of real JPEGs: ``root/results.csv`` (its "| " format, five
     captions a photo) and ``root/flickr30k_images/<name>``; it carries no split of its own."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from conftest import write_kaggle
 
 from vitbert.data import Flickr30kSource, ShapesSource
 from vitbert.data.cache import DataError
@@ -46,8 +45,8 @@ def test_the_names_split_as_this_file_says():
 
 
 def test_a_fit_on_40_kaggle_photos_says_its_splits_and_runs_without_validation(
-        tmp_path, monkeypatch, capsys):
-    root = write_kaggle(tmp_path / "kaggle", FORTY)
+        tmp_path, monkeypatch, capsys, kaggle_copy):
+    root = kaggle_copy(tmp_path / "kaggle", FORTY)
     monkeypatch.chdir(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -75,9 +74,9 @@ def test_karpathy_json_says_its_split_is_karpathys(karpathy_flickr, tmp_path, ca
     assert dm.split_sizes() == {"train": (6, 30), "val": (3, 15), "test": (3, 15)}
 
 
-def test_an_empty_train_split_stops_the_fit_with_one_line_naming_the_folder(tmp_path,
-                                                                            monkeypatch, capsys):
-    root = write_kaggle(tmp_path / "kaggle", [n for n in FORTY if hash_split(n) == "test"])
+def test_an_empty_train_split_stops_the_fit_with_one_line_naming_the_folder(
+        tmp_path, monkeypatch, capsys, kaggle_copy):
+    root = kaggle_copy(tmp_path / "kaggle", [n for n in FORTY if hash_split(n) == "test"])
     with pytest.raises(DataError) as error:
         _flickr(root, tmp_path / "cache").setup("fit")
     assert str(error.value) == (f"train: 0 photos (the hash split of 2 photos gave none); "
@@ -91,8 +90,8 @@ def test_an_empty_train_split_stops_the_fit_with_one_line_naming_the_folder(tmp_
     assert lines[-1] == f"error: {error.value}"
 
 
-def test_testing_an_empty_split_says_so(tmp_path):
-    root = write_kaggle(tmp_path / "kaggle", FORTY)
+def test_testing_an_empty_split_says_so(tmp_path, kaggle_copy):
+    root = kaggle_copy(tmp_path / "kaggle", FORTY)
     dm = _flickr(root, tmp_path / "cache", test_split="val")
     with pytest.raises(DataError, match=r"^val: 0 photos \(the hash split of 40 photos gave "
                                         r"none\); nothing to test: add photos to "):
