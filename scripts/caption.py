@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Write a caption for each photo: greedy, beam search, or Mask-Predict.
 
-    python scripts/caption.py --ckpt checkpoints/last.ckpt --image photo.png
+    python scripts/caption.py --ckpt runs/latest/checkpoints/last.ckpt --image photo.png
     python scripts/caption.py --ckpt export/ --image a.png b.png --num-beams 3 --json
     python scripts/caption.py --ckpt mlm_only.ckpt --image a.png --method mask-predict
 

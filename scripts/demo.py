@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Try a trained vitbert in a browser: a photo and a sentence with [MASK]s in, the guesses out.
 
-    python scripts/demo.py --ckpt checkpoints/last.ckpt            # then open http://127.0.0.1:7860
-    python scripts/demo.py --ckpt export/ --examples photos/ --share
+    python scripts/demo.py --ckpt runs/latest/checkpoints/last.ckpt   # open http://127.0.0.1:7860
+    python scripts/demo.py --ckpt exported/ --examples photos/ --share
 
 Needs the demo extra: pip install -e ".[demo]". ``--ckpt`` takes a ``.ckpt`` written by
 ``scripts/train.py`` or an exported folder. Uploads stay in a temporary folder removed on exit.

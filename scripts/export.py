@@ -6,7 +6,7 @@ The folder needs neither Lightning nor pickle to load (``FillMask.from_checkpoin
 holds every trained weight: the network and the training heads (the word detector, the matching
 head) the run had, so a fine-tune from it starts them from what they learnt; it prints what went in.
 
-    python scripts/export.py --ckpt checkpoints/last.ckpt --out exported/
+    python scripts/export.py --ckpt runs/latest/checkpoints/last.ckpt --out exported/
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fill the [MASK]s of a sentence about a photo, with the photo and without it, side by side.
 
-    python scripts/predict.py --ckpt checkpoints/last.ckpt --image photo.png \\
+    python scripts/predict.py --ckpt runs/latest/checkpoints/last.ckpt --image photo.png \\
         --text "a large [MASK] triangle above a small yellow cross"
     python scripts/predict.py --ckpt export/ --image photo.png --text "..." --json
     python scripts/predict.py --ckpt ... --image ... --text "..." --attention mask.png --layer -1

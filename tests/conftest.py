@@ -44,7 +44,7 @@ TINY_DATA = [
     "--data.source.init_args.num_test", "16", "--data.num_workers", "0",
     "--data.batch_size", "8",
 ]
-# The logger stays on in `fit` (the CLI's LearningRateMonitor needs one); it writes to ./logs of
+# The logger stays on in `fit` (the CLI's LearningRateMonitor needs one); it writes to ./runs of
 # the tmp folder.
 QUIET = ["--trainer.enable_progress_bar", "false",
          "--trainer.enable_model_summary", "false", "--model.num_examples", "0"]

@@ -39,7 +39,7 @@ from vitbert.data.cache import DataError, decode_image
 from vitbert.data.masking import MLMCollator
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
 from vitbert.io import CheckpointError, read_checkpoint
-from vitbert.lit.callbacks import LastCheckpoint
+from vitbert.lit.checkpoints import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.models import VitBert, VitBertConfig
 from vitbert.models.config import ImageTowerConfig, TextTowerConfig

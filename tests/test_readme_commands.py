@@ -4,7 +4,7 @@ parses, with the command's own parser in-process (``scripts/train.py``: the Ligh
 built and never run; the other scripts: their ``build_parser()``; ``make``: ``make -n``), and
 every file of the repository the pages name exists. Paths outside the repository (``../shared``,
 ``/data/flickr30k``), a user's files (``picture.png``) and what runs write (git-ignored:
-``checkpoints/``, ``data/shapes/``) are examples and skipped.
+``runs/``, ``data/shapes/``) are examples and skipped.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def test_the_readme_is_at_most_300_lines():
     ("python scripts/train.py fit --config configs/flickr30k.yaml --trainer.devcies 8",
      "devcies"),
     ("python scripts/train.py fitt", "fitt"),
-    ("python scripts/export.py --ckpt checkpoints/last.ckpt --out x/ --no-such-flag",
+    ("python scripts/export.py --ckpt runs/latest/checkpoints/last.ckpt --out x/ --no-such-flag",
      "--no-such-flag"),
     ("python scripts/predict.py --image a.png --text 'a [MASK]'", "--ckpt"),
     ("python scripts/experiments/heads.py --epochs two", "--epochs"),
@@ -268,7 +268,8 @@ def test_the_checker_finds_a_missing_file_and_skips_examples(tmp_path):
     page.write_text("Run `python scripts/train.py fit --config configs/no_such.yaml`; the owner\n"
                     "is `lit/no_such.py`, see [the page](no_such_page.md). Examples, skipped:\n"
                     "`../shared/data/flickr_dev`, `/data/flickr30k`, `picture.png`,\n"
-                    "`checkpoints/last.ckpt`, `outputs/experiments/<name>/`, `lit/module.py`.\n")
+                    "`runs/latest/checkpoints/last.ckpt`, `outputs/experiments/<name>/`,\n"
+                    "`lit/module.py`.\n")
     assert sorted(missing_files(page)) == sorted([
         "configs/no_such.yaml", "lit/no_such.py",
         os.path.relpath(tmp_path / "no_such_page.md", REPO)])

@@ -1,6 +1,6 @@
 """Write a caption for a photo: what people do with a vitbert trained to generate.
 
-    cap = Captioner.from_checkpoint("checkpoints/last.ckpt")     # or an exported folder
+    cap = Captioner.from_checkpoint("runs/latest/checkpoints/last.ckpt")     # or an exported folder
     cap("photo.png", num_beams=3)
     # [{"caption": "a small red circle left of a large blue square", "score": -0.07,
     #   "generated_text": "a small red circle ..."}]

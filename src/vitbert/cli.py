@@ -26,8 +26,8 @@ from vitbert.cli_errors import check_ckpt_path, explain
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.io.files import load_tensors_file
 from vitbert.lit.binding import BindingEvaluation
-from vitbert.lit.callbacks import LastCheckpoint
 from vitbert.lit.captioning import CaptionEvaluation
+from vitbert.lit.checkpoints import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.progress import LogProgress
 from vitbert.lit.resume import ResumeState
@@ -40,16 +40,21 @@ DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
 CONFIG_FLAGS = ("--config", "-c")
 
 
+# Every run gets a folder of its own, runs/version_N/: logs, config, checkpoints, predictions
+# (vitbert.lit.checkpoints; runs/latest links to the newest run with a checkpoint).
+RUNS_DIR = "runs"
+
+
 def _loggers() -> list[dict]:
-    """CSV logs always; TensorBoard as well when it is installed."""
+    """CSV logs always; TensorBoard as well when it is installed; both in the run's folder."""
     loggers = [{"class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": "logs", "name": "vitbert"}}]
+                "init_args": {"save_dir": RUNS_DIR, "name": ""}}]
     try:
         import tensorboard  # noqa: F401
     except ImportError:
         return loggers
     loggers.append({"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                    "init_args": {"save_dir": "logs", "name": "vitbert"}})
+                    "init_args": {"save_dir": RUNS_DIR, "name": ""}})
     return loggers
 
 
@@ -124,7 +129,7 @@ class VitBertCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
             {
-                "checkpoint.dirpath": "checkpoints",
+                # dirpath unset: the run's own folder, runs/version_N/checkpoints/.
                 "checkpoint.filename": "best-step{step}",
                 "checkpoint.monitor": "val/top5",
                 "checkpoint.mode": "max",

@@ -1,6 +1,7 @@
 """The web page to try a trained vitbert: a photo and a sentence with [MASK]s in, the guesses out.
 
-    python scripts/demo.py --ckpt checkpoints/last.ckpt [--port 7860] [--share] [--examples DIR]
+    python scripts/demo.py --ckpt runs/latest/checkpoints/last.ckpt [--port 7860] [--share]
+                           [--examples DIR]
 
 For each [MASK] the page shows the top-k guesses with the photo and from the text alone side by
 side, as bars, marks the words the photo brought in, and draws where that [MASK] looked in the

@@ -1,6 +1,6 @@
 """Fill the [MASK]s of a sentence about a photo: what people do with a trained vitbert.
 
-    fm = FillMask.from_checkpoint("checkpoints/last.ckpt")    # or an exported folder
+    fm = FillMask.from_checkpoint("runs/latest/checkpoints/last.ckpt")    # or an exported folder
     fm("a large [MASK] triangle above a small cross", image="photo.png")
     # [{"score": 0.41, "token": 17, "token_str": "blue"}, ...]          one list per [MASK]
 

@@ -30,29 +30,30 @@ def test_two_process_ddp_synchronises_metrics(tmp_path, monkeypatch):
         "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
         "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",
         "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
-        "--checkpoint.dirpath", str(tmp_path / "checkpoints"),
-    ]
+    ]  # checkpoints in the run's own folder: every rank agrees on it, rank 0 links runs/latest
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "world_size: 2" in done.stderr or "distributed_backend=gloo" in done.stderr
 
-    checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    folder = tmp_path / "runs" / "latest" / "checkpoints"
+    assert folder.resolve() == tmp_path / "runs" / "version_0" / "checkpoints"
+    checkpoints = sorted(p.name for p in folder.iterdir())
     # last.ckpt holds the final step whether or not the last validation improved (Lightning's
     # save_last alone refreshes it only with a new best).
     assert "last.ckpt" in checkpoints and len([c for c in checkpoints if c.startswith("best")]) == 1
-    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    last = torch.load(folder / "last.ckpt", weights_only=True)
     assert last["global_step"] == 4
 
-    rows = list(csv.DictReader(next((tmp_path / "logs").rglob("metrics.csv")).open()))
+    rows = list(csv.DictReader(next((tmp_path / "runs").rglob("metrics.csv")).open()))
     logged = [r for r in rows if r.get("val/top1")][-1]
     assert int(logged["step"]) == 3  # the last validation, after step 4 (0-based step index)
 
     monkeypatch.chdir(tmp_path)
     single = main([
         "validate", *common, "--trainer.enable_progress_bar", "false",
-        "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt"),
+        "--ckpt_path", str(folder / "last.ckpt"),
     ])
     figures = single.trainer.callback_metrics
     # Losses are continuous: synchronised means equal to float noise; one rank's half would not.

@@ -42,7 +42,7 @@ def validation_figures(cli) -> dict[str, float]:
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train")
     with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp)  # logs/ goes here
+        mp.chdir(tmp)  # runs/ goes here
         cli = fit(tmp, steps=16)
     return tmp, cli
 
@@ -50,7 +50,7 @@ def trained(tmp_path_factory):
 def test_fit_learns_and_writes_checkpoints(trained):
     tmp, cli = trained
     assert cli.trainer.global_step == 16
-    logged = list((tmp / "logs").rglob("metrics.csv"))
+    logged = list((tmp / "runs").rglob("metrics.csv"))
     assert logged, "the CSV logger wrote nothing"
     rows = list(csv.DictReader(logged[0].open()))
     losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]

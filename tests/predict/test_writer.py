@@ -58,7 +58,7 @@ def test_predictions_go_to_the_run_folder_by_default(trained, tiny_cli_args, tmp
     cli = main(["predict", "--ckpt_path", str(trained.ckpt), *tiny_cli_args])
     written = list(tmp_path.rglob("predictions.jsonl"))
     assert written == [Path(cli.trainer.log_dir).resolve() / "predictions.jsonl"]
-    assert written[0].parent != tmp_path and "logs" in written[0].parts
+    assert written[0].parent != tmp_path and "runs" in written[0].parts
 
 
 def test_a_failed_run_leaves_the_previous_file_untouched(tmp_path):

@@ -162,56 +162,6 @@ def plot_parameter_stats(
     return path
 
 
-class LastCheckpoint(L.Callback):
-    """Keep ``<dirpath>/last.ckpt`` current: every N steps, after every validation, at the end.
-
-    Lightning's ``ModelCheckpoint(save_last=True)`` refreshes ``last.ckpt`` only when it also
-    writes a top-k checkpoint, so once validation stops improving, ``last.ckpt`` goes stale and
-    ``--ckpt_path last.ckpt`` would resume from an older step. This callback writes it
-    unconditionally (``trainer.save_checkpoint``: every rank calls it, rank 0 writes).
-
-    Args:
-        dirpath: the folder (linked to the best-checkpoint callback's by the CLI).
-        every_n_train_steps: also save this often, so a killed run loses at most this many steps.
-    """
-
-    FILENAME = "last.ckpt"
-
-    def __init__(self, dirpath: str = "checkpoints", every_n_train_steps: int = 200) -> None:
-        self.dirpath = dirpath
-        self.every_n_train_steps = every_n_train_steps
-
-    def _save(self, trainer: L.Trainer) -> None:
-        if trainer.fast_dev_run or trainer.sanity_checking:
-            return
-        self.save(trainer)
-
-    def save(self, trainer: L.Trainer) -> Path:
-        """Write it now (every rank calls this). Lightning writes to a temporary file and renames
-        it, so a kill or a full disk mid-write leaves the previous last.ckpt whole."""
-        path = Path(self.dirpath) / self.FILENAME
-        try:
-            # Everything, to resume from; said explicitly (left unset, Lightning logs a warning).
-            trainer.save_checkpoint(path, weights_only=False)
-        except OSError as error:  # a full disk, a read-only or vanished folder
-            raise OSError(error.errno, f"cannot write {path} ({error.strerror or error}); free "
-                          "some space or pass a writable --checkpoint.dirpath. The previous "
-                          f"{self.FILENAME}, if any, is untouched") from error
-        return path
-
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        step = trainer.global_step
-        if self.every_n_train_steps and step and step % self.every_n_train_steps == 0:
-            self._save(trainer)
-
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.state.fn == "fit":
-            self._save(trainer)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._save(trainer)
-
-
 class ExamplePredictions(L.Callback):
     """Print a few captions of the first validation batch with the model's guesses at each target.
 

@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from vitbert.lit.callbacks import LastCheckpoint
+from vitbert.lit.checkpoints import LastCheckpoint
 
 STATE_KEY = "rng_states"
 
@@ -62,7 +62,7 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 class ResumeState(L.Callback):
     """Save the RNG states with every checkpoint, restore them on resume; on SIGTERM, write
-    ``last.ckpt`` (through ``last_checkpoint``, a :class:`~vitbert.lit.callbacks.LastCheckpoint`)
+    ``last.ckpt`` (through ``last_checkpoint``, a :class:`~vitbert.lit.checkpoints.LastCheckpoint`)
     and let Lightning stop the run cleanly."""
 
     def __init__(self) -> None:
@@ -113,8 +113,8 @@ class ResumeState(L.Callback):
 
 
 def _save_last(trainer: L.Trainer) -> Path:
-    """``last.ckpt`` where :class:`LastCheckpoint` keeps it, else in the default root dir."""
+    """``last.ckpt`` where :class:`LastCheckpoint` keeps it, else in the run's own folder."""
     last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     if last is None:
-        last = LastCheckpoint(dirpath=trainer.default_root_dir)
+        last = LastCheckpoint()
     return last.save(trainer)

@@ -36,7 +36,7 @@ class PredictionWriter(BasePredictionWriter):
 
     Args:
         output: the file to write; its folder is created. By default ``predictions.jsonl`` in the
-            run's log folder (``logs/<name>/version_N/``), or in the trainer's root folder when
+            run's folder (``runs/version_N/``), or in the trainer's root folder when
             there is no logger. With several processes (DDP) each rank writes its own
             ``<stem>.rank<R><suffix>``, since ranks see disjoint examples.
     """
