@@ -186,6 +186,18 @@ def drop_removed_weights(state_dict: dict[str, Tensor], prefix: str = "") -> dic
     return kept
 
 
+def loadable_state(checkpoint: dict, resuming: str | None = None) -> dict[str, Tensor]:
+    """A training checkpoint's ``state_dict`` as this version's module loads it: without the
+    removed weights (:func:`drop_removed_weights`). A run that trained with them cannot resume
+    (its optimizer state holds them too): ``resuming`` (its ``--ckpt_path``) says so in one line."""
+    weights = checkpoint["state_dict"]
+    if resuming and any(key.startswith("net." + REMOVED_WEIGHTS) for key in weights):
+        raise CheckpointError(f"--ckpt_path {resuming}: this checkpoint's word pointer was "
+                              f"removed, so its run cannot resume; start a new run from its "
+                              f"weights with --model.init_from instead")
+    return drop_removed_weights(weights, prefix="net.")
+
+
 def _read_exported(folder: Path) -> StoredModel:
     from safetensors.torch import load_file
 

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import ANOTHER_PHOTO, CONDITIONS, TEXT_ONLY, Condition
 
 TOP_K = (1, 5, 10)
@@ -77,6 +78,15 @@ class MaskedLMMetrics(nn.Module):
         if condition is ANOTHER_PHOTO:
             self.skipped.update(skipped)
 
+    def update_readings(self, readings: dict[Condition, tuple[Tensor | None, Tensor]],
+                        labels: Tensor, content_mask: Tensor) -> None:
+        """Every condition of :func:`vitbert.lit.conditions.read` (logits (M_c, V) at the targets
+        of the captions it reads, which it reads (B,) bool) against ``labels`` (B, T)."""
+        for condition, (logits, reads) in readings.items():
+            targets_at = (labels != IGNORE_INDEX) & reads[:, None]  # (B, T)
+            self.update(condition, logits, labels[targets_at], content_mask[targets_at],
+                        skipped=int((~reads).sum()))
+
     def compute(self) -> dict[str, float]:
         figures: dict[str, float] = {SKIPPED: self.skipped.compute().item()}
         for condition in CONDITIONS:
@@ -88,6 +98,12 @@ class MaskedLMMetrics(nn.Module):
                     with_photo - figures[f"top{k}{ANOTHER_PHOTO.suffix}{content}"])
                 figures[f"image_gain_vs_text_top{k}{content}"] = (
                     with_photo - figures[f"top{k}{TEXT_ONLY.suffix}{content}"])
+        return figures
+
+    def logged(self, stage: str) -> dict[str, float]:
+        """The epoch's figures keyed ``{stage}/{name}``, for ``log_dict``; then a fresh start."""
+        figures = {f"{stage}/{name}": value for name, value in self.compute().items()}
+        self.reset()
         return figures
 
     def reset(self) -> None:

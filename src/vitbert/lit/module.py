@@ -1,9 +1,8 @@
 """The training system around a VitBert: MLM loss, metrics under each condition, optimiser.
 
-It wires parts together and contains none of them: the network :mod:`vitbert.models`, the losses
-:mod:`vitbert.lit.loss` and :mod:`vitbert.lit.objectives` (generation, image-text matching,
-word detection), the conditions :mod:`vitbert.lit.conditions`, the metrics
-:mod:`vitbert.lit.metrics`, the optimiser :mod:`vitbert.lit.optim`, guesses :mod:`vitbert.decoding`.
+It wires parts together and contains none of them: the network (:mod:`vitbert.models`), the
+losses (:mod:`vitbert.lit.loss`, :mod:`vitbert.lit.objectives`), the conditions, the metrics, the
+optimiser (``lit.conditions``, ``lit.metrics``, ``lit.optim``), guesses (:mod:`vitbert.decoding`).
 Saved hyperparameters are plain values (``torch.load(weights_only=True)`` reads a checkpoint).
 """
 
@@ -15,17 +14,9 @@ from typing import Any
 import lightning as L
 from torch import Tensor, nn
 
-from vitbert.data.masking import IGNORE_INDEX
 from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
-from vitbert.io import (
-    REMOVED_WEIGHTS,
-    TOKENIZER_KEY,
-    CheckpointError,
-    drop_removed_weights,
-    initialize,
-    stored_tokenizer,
-)
+from vitbert.io import TOKENIZER_KEY, initialize, loadable_state, stored_tokenizer
 from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.loss import masked_logits
@@ -40,34 +31,27 @@ class MaskedLMModule(L.LightningModule):
     """Masked-language modelling on captions, with the photo as extra context.
 
     Args:
-        net: the architecture (image tower, text tower, how many image tokens); by default the
-            dataclass defaults (configs/default.yaml adds a local attention window).
+        net: the architecture (image tower, text tower, how many image tokens).
         vocab_size: linked from the data module (the tokenizer's size); overrides ``net``'s.
         pad_token_id: linked from the data module.
         optimizer: AdamW, weight-decay groups, per-group learning-rate multipliers, schedule.
-        init_from: a checkpoint (``.ckpt``) or exported folder to start from, weights only:
-            a fresh optimizer and schedule (fine-tuning). Rows of the word embedding are matched
-            by token text, so the vocabulary may differ. Ignored when resuming (``--ckpt_path``).
+        init_from: a checkpoint (``.ckpt``) or exported folder to start from, weights only (heads
+            included): a fresh optimizer and schedule (fine-tuning). Word rows are matched by
+            token text, so the vocabulary may differ. Ignored when resuming (``--ckpt_path``).
         freeze_image_tower_steps: keep the image tower fixed for the first N optimiser steps
             (lets a fresh projector and text tower settle before a pretrained tower is moved).
         freeze_image_tower: keep the image tower fixed for the whole run; its output per photo is
-            then computed once at fit start into a feature cache beside the image cache
-            (`vitbert.data.features`) and training never runs the tower.
+            computed once into a feature cache (`vitbert.data.features`).
         num_examples: example predictions printed at each validation.
-        generation_probability: the share of training batches turned into seq2seq (caption
-            generation) batches, see :mod:`vitbert.lit.objectives`; 0 trains MLM alone (and
-            draws no random number, so an MLM-only run is exactly what it was before). 0.3 is
-            the embedded default's: at 0.5 some seeds never learnt to read the colours.
-        itm_weight: weight of the image-text matching loss (``itm_head``, ``val/itm_accuracy``,
-            :mod:`vitbert.lit.objectives`) added on every training batch; 0: no head, no change.
+        generation_probability: the share of training batches that teach writing captions
+            (seq2seq mask, :mod:`vitbert.lit.objectives`); 0 trains MLM alone.
+        itm_weight: weight of the image-text matching loss (``itm_head``, ``val/itm_accuracy``);
+            0: no head, no change.
         word_detection_weight: weight of the word detection loss (``word_head``: which content
-            words a photo's captions use, from the image tower alone; see
-            :func:`vitbert.lit.objectives.word_detection_loss`); 0: no head, no change.
-            configs/default.yaml sets 10: without it the tower never learns the shapes there.
+            words a photo's captions use, from the image tower alone); 0: no head, no change.
         itm_swap_negatives: the matching head also learns to reject each caption with two of
-            its words swapped, words the training captions use in the same places
-            (:mod:`vitbert.lit.negatives`; NegCLIP's hard negatives, made without a word list);
-            with ``itm_weight`` only.
+            its words swapped (:mod:`vitbert.lit.negatives`: NegCLIP's hard negatives, made
+            without a word list); with ``itm_weight`` only.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
@@ -81,9 +65,8 @@ class MaskedLMModule(L.LightningModule):
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
             net = dataclasses.replace(net, vocab_size=vocab_size, pad_token_id=pad_token_id)
-        if not isinstance(optimizer, OptimizerConfig):  # a checkpoint's plain dict
-            optimizer = OptimizerConfig(**optimizer)
-        self.optimizer_config = optimizer
+        self.optimizer_config = optimizer = (  # a checkpoint holds it as a plain dict
+            optimizer if isinstance(optimizer, OptimizerConfig) else OptimizerConfig(**optimizer))
         # Plain values only (a checkpoint loads with weights_only=True): the configs as dicts.
         self.save_hyperparameters(ignore=["net", "optimizer"])
         self.hparams.update(net=net.to_dict(), vocab_size=net.vocab_size,
@@ -103,11 +86,10 @@ class MaskedLMModule(L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
-        resuming = self._trainer is not None and self.trainer.ckpt_path is not None
         if stage == "fit" and self.hparams.itm_swap_negatives and self.itm_head is not None:
             self.swaps = SwapNegatives.from_captions(self.tokenizer,
                                                      datamodule.dataset("train").captions)
-        if stage == "fit" and not resuming:
+        if stage == "fit" and self.trainer.ckpt_path is None:  # not resuming
             heads = {"word_head": self.word_head, "itm_head": self.itm_head}  # io.HEADS
             report = initialize(self.net, self.hparams.init_from, self.tokenizer, heads)
             if report and self.trainer.is_global_zero:
@@ -120,14 +102,9 @@ class MaskedLMModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.trained_steps = int(checkpoint.get("global_step", 0))
         self.tokenizer = stored_tokenizer(checkpoint, self.tokenizer)
-        weights = checkpoint["state_dict"]
-        if self._trainer is not None and self.trainer.state.fn == "fit" and any(
-                key.startswith("net." + REMOVED_WEIGHTS) for key in weights):
-            # Its optimizer state holds the removed weights too, and its run trained with them.
-            raise CheckpointError(f"--ckpt_path {self.trainer.ckpt_path}: this checkpoint's word "
-                                  f"pointer was removed, so its run cannot resume; start a new "
-                                  f"run from its weights with --model.init_from instead")
-        checkpoint["state_dict"] = drop_removed_weights(weights, prefix="net.")
+        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
+        checkpoint["state_dict"] = loadable_state(checkpoint,
+                                                  self.trainer.ckpt_path if fitting else None)
 
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
@@ -146,31 +123,19 @@ class MaskedLMModule(L.LightningModule):
         return loss
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
+        self.val_metrics.update_readings(read(self, batch), batch["labels"], batch["content_mask"])
         if self.itm_head is not None:
             _, accuracy = itm_loss(self.net, self.itm_head, batch)  # matched or not, per pair
             self.log("val/itm_accuracy", accuracy, batch_size=len(batch["input_ids"]))
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics)
-
-    def _evaluate(self, batch: Batch, metrics: MaskedLMMetrics) -> None:
-        """Every caption read under each condition; figures per condition (lit/metrics.py)."""
-        for condition, (logits, reads) in read(self, batch).items():
-            targets_at = (batch["labels"] != IGNORE_INDEX) & reads[:, None]  # (B, T)
-            metrics.update(condition, logits, batch["labels"][targets_at],
-                           batch["content_mask"][targets_at], skipped=int((~reads).sum()))
+        self.test_metrics.update_readings(read(self, batch), batch["labels"], batch["content_mask"])
 
     def on_validation_epoch_end(self) -> None:
-        self._log_figures("val", self.val_metrics)
+        self.log_dict(self.val_metrics.logged("val"))  # compute() synchronises across ranks
 
     def on_test_epoch_end(self) -> None:
-        self._log_figures("test", self.test_metrics)
-
-    def _log_figures(self, stage: str, metrics: MaskedLMMetrics) -> None:
-        figures = metrics.compute()  # already synchronised across ranks
-        self.log_dict({f"{stage}/{name}": value for name, value in figures.items()})
-        metrics.reset()
+        self.log_dict(self.test_metrics.logged("test"))
 
     def predict_step(self, batch: Batch, batch_idx: int = 0) -> list[dict[str, Any]]:
         """Per caption, the top-5 guesses at every target in each condition (vitbert.decoding)."""
