@@ -132,25 +132,29 @@ def load_image(image: ImageLike, size: int) -> Tensor:
 
 
 def unknown_words(tokenizer, text: str) -> list[str]:
-    """The words of ``text`` the model's vocabulary cannot spell, as the user wrote them, in order
-    and once each.
+    """The words of ``text`` the model never learnt, as the user wrote them, in order and once
+    each.
 
     WordPiece turns a word it cannot build from its pieces into one [UNK] token: the model then
     reads "unknown word", the same for all of them, and a guess about such a sentence is about
-    another sentence than the one the user meant. A word counts when its encoding holds the unk
-    token; the tokenizer's offsets map that token back to the text (so "Zebra," gives "Zebra",
-    as typed). A word spelled from pieces of the vocabulary ("playing" → "play ##ing") is not
-    counted, even when those pieces are single letters the model never read as a word (the shapes
-    vocabulary spells "child" c ##h ##i ##l ##d): only [UNK] is certain to be lost. A literal
-    "[UNK]" typed by the user is not reported as a word.
+    another sentence than the one the user meant. A word it can only spell letter by letter
+    (every piece one character: a small vocabulary spells "child" c ##h ##i ##l ##d) is no better:
+    training built a piece for every word it saw often, so those letters are a word it never read.
+    A word spelled from longer pieces ("playing" → "play ##ing") is known. The tokenizer's
+    offsets map the pieces back to the text (so "Zebra," gives "Zebra" and ",", as typed). A
+    literal "[UNK]" typed by the user is not reported as a word.
     """
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    words: dict[int, list[tuple[int, int, int]]] = {}  # word index → its pieces (id, start, end)
+    for token_id, (start, end), word in zip(encoding["input_ids"], encoding["offset_mapping"],
+                                            encoding.word_ids(), strict=True):
+        words.setdefault(word, []).append((token_id, start, end))
     found: list[str] = []
-    for token_id, (start, end) in zip(encoding["input_ids"], encoding["offset_mapping"],
-                                      strict=True):
-        word = text[start:end]
-        if token_id == tokenizer.unk_token_id and word != tokenizer.unk_token \
-                and word not in found:
+    for pieces in words.values():
+        word = text[pieces[0][1]:pieces[-1][2]]
+        unk = any(token_id == tokenizer.unk_token_id for token_id, _, _ in pieces)
+        letters = len(pieces) > 1 and all(end - start == 1 for _, start, end in pieces)
+        if (unk or letters) and word != tokenizer.unk_token and word not in found:
             found.append(word)
     return found
 
@@ -160,8 +164,9 @@ def unknown_words_warning(words: list[str]) -> str | None:
     if not words:
         return None
     listed = ", ".join(repr(word) for word in words)
-    return (f"{len(words)} word{'s' if len(words) > 1 else ''} not in this model's vocabulary, "
-            f"read as [UNK] (it knows only the words of its training captions): {listed}")
+    return (f"{len(words)} word{'s' if len(words) > 1 else ''} not in this model's vocabulary "
+            f"(read as [UNK] or letter by letter; it knows the words of its training captions): "
+            f"{listed}")
 
 
 class FillMask:

@@ -32,6 +32,12 @@ def test_the_words_read_as_unk_are_named_as_typed_in_order_once_each(tokenizer):
     assert unknown_words(tokenizer, "a red [MASK] left of a blue circle") == []
 
 
+def test_a_word_spelled_letter_by_letter_is_unknown_and_longer_pieces_are_not(tokenizer):
+    assert tokenizer.tokenize("child") == ["c", "##h", "##i", "##l", "##d"]  # never a word
+    assert tokenizer.tokenize("tree") == ["t", "##re", "##e"]  # "re" is a piece it learnt
+    assert unknown_words(tokenizer, "a child by a tree , reds") == ["child", "by", ","]
+
+
 def test_a_typed_unk_and_the_mask_are_not_words(tokenizer):
     assert unknown_words(tokenizer, "a [UNK] [MASK] square") == []
 
@@ -39,7 +45,7 @@ def test_a_typed_unk_and_the_mask_are_not_words(tokenizer):
 def test_the_warning_is_one_line_naming_each_word():
     message = unknown_words_warning(["Zebra", ";"])
     assert "\n" not in message
-    assert message.startswith("2 words not in this model's vocabulary, read as [UNK]")
+    assert message.startswith("2 words not in this model's vocabulary (read as [UNK] or letter")
     assert message.endswith(": 'Zebra', ';'")
     assert unknown_words_warning(["zebra"]).startswith("1 word not in")
     assert unknown_words_warning([]) is None
