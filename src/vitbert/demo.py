@@ -400,10 +400,20 @@ def serve(fill_mask: FillMask, examples: list[Example], port: int | None = None,
     # System fonts: the default theme would fetch Google fonts, which an offline machine lacks.
     theme = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                               font_mono=["ui-monospace", "monospace"])
-    app.launch(server_name="127.0.0.1", server_port=port, share=share,
-               prevent_thread_lock=not block, show_error=True, theme=theme, css=CSS,
-               quiet=not block)
+    # Gradio's own lines are quiet: they name `share=True` in `launch()`, code a user of the
+    # script cannot reach; ours name the script's flag.
+    app.launch(server_name="127.0.0.1", server_port=port, share=share, prevent_thread_lock=True,
+               show_error=True, theme=theme, css=CSS, quiet=True)
+    if block:
+        print(page_address(app.local_url, app.share_url), flush=True)
+        app.block_thread()
     return app
+
+
+def page_address(local_url: str, share_url: str | None) -> str:
+    """Where the page is, and how to get a public link when there is none."""
+    public = f"public link: {share_url}" if share_url else "a public link: add --share"
+    return f"vitbert demo running on {local_url} ({public}; Ctrl-C stops it)"
 
 
 __all__ = [

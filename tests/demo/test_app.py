@@ -73,3 +73,11 @@ def test_script_exits_2_with_one_line(case, trained, tmp_path, capsys, monkeypat
     assert ("--examples" in err[0]) == (case == "no examples folder")
     assert not list(tmp_path.glob("vitbert-demo-*"))  # its temp folder removed on the way out
 
+
+
+def test_the_server_says_where_it_is_and_names_the_scripts_share_flag(demo_server):
+    """Gradio's own hint names ``share=True`` in ``launch()``, which a user of the script cannot
+    set; the page's address line names ``--share`` instead."""
+    log = demo_server.log.read_text()
+    assert f"vitbert demo running on {demo_server.url}" in log
+    assert "a public link: add --share" in log and "share=True" not in log
