@@ -35,6 +35,7 @@ from vitbert.models.vit import ViT
 VOCAB_ROWS = ("text.embeddings.word.weight", "mlm_head.decoder.bias",
               "word_head.classifier.weight", "word_head.classifier.bias")
 TEXT_POSITIONS = "text.embeddings.position.weight"  # (max_len, D)
+CONTRASTIVE = "itc"  # VitBert.itc, the contrastive heads: present when net.itc_dim > 0
 
 
 @dataclass
@@ -95,6 +96,8 @@ def _why_not_in_model(name: str, heads: dict[str, nn.Module | None] | None) -> s
     """Why a source tensor has no place in the model: a head this run does not train, named with
     the setting that would give it one, or a tensor the architecture lacks."""
     head = name.split(".", 1)[0]
+    if head == CONTRASTIVE:
+        return "this model has no contrastive heads: its --model.net.itc_dim is 0"
     if head not in HEADS:
         return "not in this model"
     if heads is None or head not in heads:

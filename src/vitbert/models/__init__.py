@@ -5,7 +5,9 @@
 * :class:`TextTower`, :class:`MLMHead` (:mod:`.bert`): BERT embeddings, encoder, tied MLM head.
 * :class:`ITMHead`, :class:`WordDetectorHead` (:mod:`.heads`): the heads of the training
   objectives beside MLM (image-text matching; the caption's words from the image alone).
-* :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits.
+* :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits; with
+  ``itc_dim`` also :class:`ContrastiveHeads` (:mod:`.contrastive`): photos and captions embedded
+  apart, for retrieval (``embed_images``, ``embed_texts``).
 * :class:`VitBertConfig` (:mod:`.config`): plain-value configuration, and named presets.
 
 Stored weights (checkpoints, exported folders, pretrained timm weights) are read and written by
@@ -20,6 +22,7 @@ from vitbert.models.config import (
     VitBertConfig,
     preset,
 )
+from vitbert.models.contrastive import ContrastiveHeads
 from vitbert.models.heads import ITMHead, WordDetectorHead
 from vitbert.models.multimodal import Projector, VitBert
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
@@ -27,6 +30,7 @@ from vitbert.models.vit import ViT, build_image_tower
 
 __all__ = [
     "PRESETS",
+    "ContrastiveHeads",
     "ConvStem",
     "HybridEmbed",
     "ITMHead",

@@ -109,6 +109,11 @@ class VitBertConfig:
     """What of the image reaches the text: one pooled vector, or every patch token."""
     projector_norm: bool = False
     """LayerNorm the projected image tokens before they join the words."""
+    itc_dim: int = 0
+    """Width of the contrastive space (ALBEF's ITC, :mod:`vitbert.models.contrastive`): each
+    photo and each caption embedded alone, so retrieval scores every pair by a dot product and
+    re-ranks a short list with the matching head. 0 = no contrastive heads (a checkpoint written
+    before they existed reads as 0); trained by ``--model.itc_weight``."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -116,6 +121,9 @@ class VitBertConfig:
             self.image = ImageTowerConfig(**self.image)
         if isinstance(self.text, dict):
             self.text = TextTowerConfig(**self.text)
+        if self.itc_dim < 0:
+            raise ValueError(f"itc_dim={self.itc_dim}: the contrastive space needs a width; use "
+                             f"0 (no contrastive heads) or more, e.g. 128")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples stay tuples; ``json`` writes them as lists)."""

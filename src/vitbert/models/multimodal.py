@@ -7,7 +7,9 @@
 The image is optional: without it the encoder reads the words alone. Image tokens carry no text
 position, so "no image" and "image present but every image token blocked by ``image_mask``" give
 the same word outputs. Logits are computed only where they are needed: with ``target_mask`` the
-M masked rows are gathered *before* the V-wide vocabulary projection.
+M masked rows are gathered *before* the V-wide vocabulary projection. With ``config.itc_dim``
+the network also embeds photos and captions apart (:meth:`VitBert.embed_images`,
+:meth:`VitBert.embed_texts`; :mod:`vitbert.models.contrastive`), for retrieval.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import Tensor, nn
 
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
+from vitbert.models.contrastive import ContrastiveHeads
 from vitbert.models.vit import build_image_tower, init_transformer_weights
 from vitbert.nn import AttentionContext, key_padding_mask, seq2seq_mask
 
@@ -65,6 +68,10 @@ class VitBert(nn.Module):
                                    text.norm_eps)
         self.text = TextTower(text, config.vocab_size)
         self.mlm_head = MLMHead(text.dim, config.vocab_size, text.norm_eps)
+        # The contrastive score (ITC) lives in the network, not beside it as the training heads
+        # do: retrieval uses it, so export, load_model and init_from carry it like any weight.
+        self.itc = (ContrastiveHeads(config.image.dim, text.dim, config.itc_dim)
+                    if config.itc_dim else None)
         for module in (self.projector, self.text, self.mlm_head):
             init_transformer_weights(module)
         self.tie_weights()
@@ -95,6 +102,35 @@ class VitBert(nn.Module):
             return self.projector(self.tower_tokens(images))  # (B, N, D)
         # Stored in fp16: read in the projector's dtype, as normalize() reads uint8 pixels.
         return self.projector(image_features.to(self.projector.proj.weight.dtype))
+
+    @property
+    def has_itc(self) -> bool:
+        """Whether the network has the contrastive heads (``config.itc_dim`` > 0)."""
+        return self.itc is not None
+
+    def _require_itc(self) -> ContrastiveHeads:
+        if self.itc is None:
+            raise ValueError("this model has no contrastive heads (its net.itc_dim is 0): train "
+                             "one with --model.net.itc_dim 128 --model.itc_weight 1.0")
+        return self.itc
+
+    def embed_images(self, images: Tensor) -> Tensor:
+        """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S) → unit vectors (B, itc_dim) in the
+        contrastive space (:mod:`vitbert.models.contrastive`); a caption's score is the dot
+        product with :meth:`embed_texts`."""
+        return self.embed_image_tokens(self.tower_tokens(images))
+
+    def embed_image_tokens(self, tokens: Tensor) -> Tensor:
+        """The image tower's output (B, N, D_img), computed or cached → unit vectors (B, E):
+        :meth:`embed_images` without the tower pass, for training, which has run it."""
+        return self._require_itc().embed_image_tokens(tokens)
+
+    def embed_texts(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """Captions (B, T) with their attention mask (B, T), read alone (no image tokens) →
+        unit vectors (B, itc_dim): the [CLS] row, projected. Pass captions unmasked."""
+        itc = self._require_itc()
+        hidden, _ = self.encode(input_ids, attention_mask)  # (B, T, D), words alone
+        return itc.embed_text_cls(hidden[:, 0])  # (B, E)
 
     def forward(
         self,
