@@ -42,3 +42,30 @@ def train_cli(args: list[str]):
     except ParsersBuiltError as built:
         return built.cli
     raise AssertionError("the CLI ran instead of stopping at its parsers")
+
+
+# Photos as people have them, made with PIL in the tests that read photos (the demo's and the
+# predict API's): a picture whose reading can be checked, red on top, blue below.
+RED, BLUE = (220, 30, 30), (30, 30, 220)
+ORIENTATION = 0x0112  # the EXIF tag; 6 = "turn 90° clockwise to show"
+
+
+def red_over_blue(width: int, height: int):
+    """An upright picture: red top half, blue bottom half, and some texture (JPEG-realistic)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(width)
+    pixels = np.empty((height, width, 3), np.int16)
+    pixels[: height // 2], pixels[height // 2 :] = RED, BLUE
+    pixels += rng.integers(-8, 9, pixels.shape, dtype=np.int16)
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def save_sideways(upright, path, **options) -> None:
+    """Store ``upright`` as a phone does: pixels turned 90° anticlockwise, EXIF Orientation 6."""
+    from PIL import Image
+
+    exif = Image.Exif()
+    exif[ORIENTATION] = 6
+    upright.transpose(Image.Transpose.ROTATE_90).save(path, exif=exif, **options)

@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+from PIL import Image
 from torch import Tensor
 
-from vitbert.data.cache import BadImageError, resize_center_crop, to_rgb
+from vitbert.data.cache import BadImageError, read_photo, resize_center_crop, to_rgb
 from vitbert.decoding import fill, guesses
 from vitbert.io import load_model
 
@@ -59,40 +59,6 @@ def torch_threads(count: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def read_photo(path: str | Path, at_least: int | None = None) -> Image.Image:
-    """A user's photo file as an upright RGB PIL image: the one reader of every photo a user gives.
-
-    The demo's uploads and ``--examples``, ``scripts/predict.py --image``, ``scripts/caption.py
-    --image`` and :class:`FillMask` / ``Captioner`` given a path all come here, so a photo that one
-    of them reads, all of them read, the same way. It reads what people have: JPEG (CMYK too), PNG
-    (RGBA laid on white, palette, grey, 16-bit), WebP, ...; a phone photo stored sideways with an
-    EXIF Orientation tag is turned upright; the pixels are decoded before the file is closed.
-
-    ``at_least``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale while both sides stay at least
-    this long (libjpeg's draft mode: 3-5x faster). With the model's image size this is exactly what
-    the training cache does (``vitbert.data.cache.decode_image``), so a photo meets the model as
-    its training photos did. Raises :class:`BadImageError` whose message says why (the caller
-    names the file: it knows how the user called it).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise BadImageError("missing file")
-    if path.stat().st_size == 0:
-        raise BadImageError("zero-byte file")
-    try:
-        ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated JPEG is an error, not a grey stripe
-        with Image.open(path) as img:
-            if at_least is not None and img.format == "JPEG":
-                img.draft("RGB", (at_least, at_least))
-            img.load()
-            return to_rgb(ImageOps.exif_transpose(img))  # a new image: the file may close
-    except UnidentifiedImageError:
-        raise BadImageError("cannot identify image file (not an image, or a format Pillow "
-                            "cannot read)") from None
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
-        raise BadImageError(f"cannot decode: {error}") from None
 
 
 def load_image(image: ImageLike, size: int) -> Tensor:

@@ -9,28 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import BLUE, RED, red_over_blue, save_sideways
 from PIL import Image
 
 from vitbert import demo
 
-RED, BLUE, GREEN, WHITE = (220, 30, 30), (30, 30, 220), (30, 180, 30), (255, 255, 255)
-ORIENTATION = 0x0112  # the EXIF tag; 6 = "turn 90° clockwise to show"
-
-
-def red_over_blue(width: int, height: int) -> Image.Image:
-    """An upright picture: red top half, blue bottom half, and some texture (JPEG-realistic)."""
-    rng = np.random.default_rng(width)
-    pixels = np.empty((height, width, 3), np.int16)
-    pixels[: height // 2], pixels[height // 2 :] = RED, BLUE
-    pixels += rng.integers(-8, 9, pixels.shape, dtype=np.int16)
-    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
-
-
-def save_sideways(upright: Image.Image, path, **options) -> None:
-    """Store ``upright`` as a phone does: pixels turned 90° anticlockwise, EXIF Orientation 6."""
-    exif = Image.Exif()
-    exif[ORIENTATION] = 6
-    upright.transpose(Image.Transpose.ROTATE_90).save(path, exif=exif, **options)
+GREEN, WHITE = (30, 180, 30), (255, 255, 255)
 
 
 def half_transparent_png(path) -> None:

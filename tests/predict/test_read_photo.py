@@ -9,29 +9,11 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import load_script
+from helpers import load_script, red_over_blue, save_sideways
 from PIL import Image
 
 from vitbert.data.cache import BadImageError, decode_image
-from vitbert.predict import load_image, read_photo
-
-ORIENTATION = 0x0112  # the EXIF tag; 6 = "turn 90° clockwise to show"
-
-
-def picture(width: int, height: int) -> Image.Image:
-    """Red top half, blue bottom half, with texture: a photo whose turn and colours show."""
-    rng = np.random.default_rng(width * height)
-    pixels = np.empty((height, width, 3), np.int16)
-    pixels[: height // 2], pixels[height // 2 :] = (220, 30, 30), (30, 30, 220)
-    pixels += rng.integers(-20, 21, pixels.shape, dtype=np.int16)
-    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
-
-
-def save_sideways(upright: Image.Image, path, **options) -> None:
-    """Store ``upright`` as a phone does: pixels turned 90° anticlockwise, EXIF Orientation 6."""
-    exif = Image.Exif()
-    exif[ORIENTATION] = 6
-    upright.transpose(Image.Transpose.ROTATE_90).save(path, exif=exif, **options)
+from vitbert.predict import load_image, read_photo  # read_photo: data.cache's, re-exported
 
 
 @pytest.fixture
@@ -45,13 +27,13 @@ def photos(tmp_path):
         "palette png": tmp_path / "palette.png",
         "16-bit png": tmp_path / "deep.png",
     }
-    picture(1024, 768).save(files["large jpeg"], quality=90)
-    save_sideways(picture(400, 300), files["phone jpeg"], quality=90)
-    picture(320, 240).convert("CMYK").save(files["cmyk jpeg"], quality=90)
+    red_over_blue(1024, 768).save(files["large jpeg"], quality=90)
+    save_sideways(red_over_blue(400, 300), files["phone jpeg"], quality=90)
+    red_over_blue(320, 240).convert("CMYK").save(files["cmyk jpeg"], quality=90)
     rgba = np.zeros((40, 60, 4), np.uint8)
     rgba[:, 30:] = (30, 180, 30, 255)  # left half transparent
     Image.fromarray(rgba, "RGBA").save(files["rgba png"])
-    picture(60, 40).convert("P").save(files["palette png"])
+    red_over_blue(60, 40).convert("P").save(files["palette png"])
     Image.fromarray(np.full((40, 60), 30000, np.uint16)).save(files["16-bit png"])
     return files
 
@@ -104,7 +86,7 @@ def test_unreadable_files_say_why_and_name_the_file(tmp_path):
         with pytest.raises(BadImageError, match=rf"{name}: {reason}.*pass a readable image"):
             load_image(tmp_path / name, 32)
     whole = tmp_path / "whole.jpg"
-    picture(300, 200).save(whole)
+    red_over_blue(300, 200).save(whole)
     data = whole.read_bytes()
     (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
     with pytest.raises(BadImageError, match="cannot decode: image file is truncated"):
@@ -116,7 +98,7 @@ def sideways_pair(tmp_path):
     """The same picture as an upright PNG, stored sideways with the EXIF tag, and stored sideways
     without it (PNG: lossless, so the first two hold exactly the same picture)."""
     upright, sideways, unturned = tmp_path / "up.png", tmp_path / "side.png", tmp_path / "raw.png"
-    image = picture(48, 40)
+    image = red_over_blue(48, 40)
     image.save(upright)
     save_sideways(image, sideways)
     image.transpose(Image.Transpose.ROTATE_90).save(unturned)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageFile, ImageOps
+from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
@@ -89,8 +89,22 @@ def resize_center_crop(img: Image.Image, size: int) -> np.ndarray:
     return np.array(img, dtype=np.uint8).transpose(2, 0, 1)  # (H, W, 3) -> (3, S, S), writable
 
 
-def decode_image(path: str | Path, size: int) -> np.ndarray:
-    """Read one image file as uint8 (3, size, size); raises BadImageError saying what is wrong."""
+def read_photo(path: str | Path, at_least: int | None = None) -> Image.Image:
+    """A user's photo file as an upright RGB PIL image: the one reader of every photo a user gives.
+
+    The training cache (:func:`decode_image`), the demo's uploads and ``--examples``,
+    ``scripts/predict.py --image``, ``scripts/caption.py --image`` and ``FillMask`` /
+    ``Captioner`` given a path all come here, so a photo that one of them reads, all of them read,
+    the same way. It reads what people have: JPEG (CMYK too), PNG
+    (RGBA laid on white, palette, grey, 16-bit), WebP, ...; a phone photo stored sideways with an
+    EXIF Orientation tag is turned upright; the pixels are decoded before the file is closed.
+
+    ``at_least``: a JPEG may be decoded at 1/2, 1/4 or 1/8 scale while both sides stay at least
+    this long (libjpeg's draft mode: 3-5x faster). With the model's image size this is what the
+    training cache does, so a photo meets the model as its training photos did. Raises
+    :class:`BadImageError` whose message says why (the caller names the file: it knows how the
+    user called it).
+    """
     path = Path(path)
     if not path.is_file():
         raise BadImageError("missing file")
@@ -99,14 +113,20 @@ def decode_image(path: str | Path, size: int) -> np.ndarray:
     try:
         ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated JPEG is an error, not a grey stripe
         with Image.open(path) as img:
-            if img.format == "JPEG":
-                # libjpeg decodes at 1/2, 1/4 or 1/8 scale when the target is small: 3-5x faster
-                img.draft("RGB", (size, size))
+            if at_least is not None and img.format == "JPEG":
+                img.draft("RGB", (at_least, at_least))
             img.load()
-            # A phone photo stored sideways with an EXIF Orientation tag: turn it upright.
-            return resize_center_crop(to_rgb(ImageOps.exif_transpose(img)), size)
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise BadImageError(f"cannot decode: {e}") from e
+            return to_rgb(ImageOps.exif_transpose(img))  # a new image: the file may close
+    except UnidentifiedImageError:
+        raise BadImageError("cannot identify image file (not an image, or a format Pillow "
+                            "cannot read)") from None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        raise BadImageError(f"cannot decode: {error}") from None
+
+
+def decode_image(path: str | Path, size: int) -> np.ndarray:
+    """Read one image file as uint8 (3, size, size); raises BadImageError saying what is wrong."""
+    return resize_center_crop(read_photo(path, at_least=size), size)
 
 
 # ----------------------------------------------------------------------------- writing
