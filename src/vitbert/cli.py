@@ -210,9 +210,10 @@ def main(args: list[str] | None = None) -> VitBertCLI:
 
 
 # Model settings added after checkpoints were written, with the value that does what those runs
-# did (the architecture's own, such as attention_radius, are VitBertConfig.from_dict's). None
-# today: the last ones belonged to the word pointer and the colour-swapped copies, removed.
-SETTINGS_ADDED_SINCE: dict[str, object] = {}
+# did (the architecture's own, such as attention_radius and itc_dim, are
+# VitBertConfig.from_dict's): a run from before the contrastive objective trained none, whatever
+# configs/default.yaml says now (and its net, read with itc_dim 0, has no heads to train).
+SETTINGS_ADDED_SINCE: dict[str, object] = {"itc_weight": 0.0}
 # Model settings removed since (the word pointer's and the colour-swapped copies', a shapes-only
 # add-on): a checkpoint that holds them reads without them, and without the pointer's weights
 # (vitbert.io.drop_removed_weights; its net.pointer goes in VitBertConfig.from_dict).

@@ -1,8 +1,9 @@
 """The training system around a VitBert: MLM loss, metrics under each condition, optimiser.
 
 It wires parts together and contains none of them: the network (:mod:`vitbert.models`), the
-losses (:mod:`vitbert.lit.loss`, :mod:`vitbert.lit.objectives`), the conditions, the metrics, the
-optimiser (``lit.conditions``, ``lit.metrics``, ``lit.optim``), guesses (:mod:`vitbert.decoding`).
+losses (:mod:`vitbert.lit.loss`, :mod:`vitbert.lit.objectives`, :mod:`vitbert.lit.contrastive`),
+the conditions, the metrics, the optimiser (``lit.conditions``, ``lit.metrics``, ``lit.optim``),
+guesses (:mod:`vitbert.decoding`), what a checkpoint holds (:mod:`vitbert.lit.checkpoint_hooks`).
 Saved hyperparameters are plain values (``torch.load(weights_only=True)`` reads a checkpoint).
 """
 
@@ -14,11 +15,12 @@ from typing import Any
 import lightning as L
 from torch import Tensor, nn
 
-from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
-from vitbert.io import TOKENIZER_KEY, initialize, loadable_state, stored_tokenizer
+from vitbert.io import initialize
 from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
+from vitbert.lit.checkpoint_hooks import CheckpointHooks
 from vitbert.lit.conditions import Batch, read
+from vitbert.lit.contrastive import with_contrastive_heads
 from vitbert.lit.loss import masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.negatives import SwapNegatives
@@ -27,7 +29,7 @@ from vitbert.lit.optim import OptimizerConfig, configure_optimizers
 from vitbert.models import ITMHead, VitBert, VitBertConfig, WordDetectorHead
 
 
-class MaskedLMModule(L.LightningModule):
+class MaskedLMModule(CheckpointHooks, L.LightningModule):
     """Masked-language modelling on captions, with the photo as extra context.
 
     Args:
@@ -52,6 +54,8 @@ class MaskedLMModule(L.LightningModule):
         itm_swap_negatives: the matching head also learns to reject each caption with two of
             its words swapped (:mod:`vitbert.lit.negatives`: NegCLIP's hard negatives, made
             without a word list); with ``itm_weight`` only.
+        itc_weight: weight of the contrastive loss (:mod:`vitbert.lit.contrastive`: photos and
+            captions embedded apart, for retrieval); builds the heads (``net.itc_dim``, else 128).
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
@@ -60,9 +64,11 @@ class MaskedLMModule(L.LightningModule):
                  init_from: str | None = None, freeze_image_tower_steps: int = 0,
                  num_examples: int = 3, freeze_image_tower: bool = False,
                  generation_probability: float = 0.3, itm_weight: float = 0.0,
-                 word_detection_weight: float = 0.0, itm_swap_negatives: bool = False) -> None:
+                 word_detection_weight: float = 0.0, itm_swap_negatives: bool = False,
+                 itc_weight: float = 0.0) -> None:
         super().__init__()
-        net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
+        net = with_contrastive_heads(
+            net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net), itc_weight)
         if vocab_size:
             net = dataclasses.replace(net, vocab_size=vocab_size, pad_token_id=pad_token_id)
         self.optimizer_config = optimizer = (  # a checkpoint holds it as a plain dict
@@ -95,17 +101,6 @@ class MaskedLMModule(L.LightningModule):
             if report and self.trainer.is_global_zero:
                 print(report)
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self.tokenizer is not None:
-            checkpoint[TOKENIZER_KEY] = tokenizer_to_json(self.tokenizer)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.trained_steps = int(checkpoint.get("global_step", 0))
-        self.tokenizer = stored_tokenizer(checkpoint, self.tokenizer)
-        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
-        checkpoint["state_dict"] = loadable_state(checkpoint,
-                                                  self.trainer.ckpt_path if fitting else None)
-
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
         freezing = FrozenImageTower(hp.freeze_image_tower_steps, hp.freeze_image_tower)
@@ -118,7 +113,8 @@ class MaskedLMModule(L.LightningModule):
         hp = self.hparams
         loss, parts = training_loss(self.net, batch, hp.generation_probability,
                                     self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
-                                    self.word_head, hp.word_detection_weight, self.swaps)
+                                    self.word_head, hp.word_detection_weight, self.swaps,
+                                    hp.itc_weight)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 

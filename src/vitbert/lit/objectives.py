@@ -21,7 +21,8 @@ picture.
 
 The word detection objective (:func:`word_detection_loss`) asks the image tower alone which
 content words the photo's captions use: a direct signal to the tower, which the MLM reaches only
-through the words' attention. :func:`training_loss` puts the objectives together.
+through the words' attention. The contrastive objective (photos and captions embedded apart,
+for retrieval) is :mod:`vitbert.lit.contrastive`. :func:`training_loss` puts them together.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from vitbert.data.features import (
 )
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
+from vitbert.lit.contrastive import itc_loss
 from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.negatives import SwapNegatives
 from vitbert.models.multimodal import AttentionMode
@@ -93,18 +95,24 @@ def original_caption(batch: Batch) -> Tensor:
 def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   mask_token_id: int, itm_head: nn.Module | None = None, itm_weight: float = 0.0,
                   word_head: nn.Module | None = None, word_weight: float = 0.0,
-                  swaps: SwapNegatives | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+                  swaps: SwapNegatives | None = None, itc_weight: float = 0.0
+                  ) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
     image-text matching loss when ``itm_head`` is given (with ``swaps``, also against swapped-word
     copies of the captions), plus ``word_weight`` times the word
-    detection loss when ``word_head`` is: one term each, over one tower pass. Without heads the
-    loss is exactly the MLM loss as it always was: nothing else runs and no random number is drawn.
+    detection loss when ``word_head`` is, plus ``itc_weight`` times the contrastive loss
+    (:mod:`vitbert.lit.contrastive`; the network's own heads): one term each, over one tower pass.
+    Without them the loss is exactly the MLM loss as it always was: nothing else runs and no
+    random number is drawn.
     """
     parts, extra = {}, []
-    if itm_head is not None or word_head is not None:
+    if itm_head is not None or word_head is not None or itc_weight:
         batch = with_tower_output(net, batch)
+    if itc_weight:
+        parts["train/itc_loss"] = itc_loss(net, batch, original_caption(batch))
+        extra.append(itc_weight * parts["train/itc_loss"])
     if itm_head is not None:
         parts["train/itm_loss"], _ = itm_loss(net, itm_head, batch, swaps)
         extra.append(itm_weight * parts["train/itm_loss"])
@@ -138,7 +146,7 @@ def itm_pairs(image_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     batch with that image's photo (:func:`another_photo`: never its own image, whichever of an
     image's five captions it is; not matched): B + K pairs, K = B unless the whole batch shows
     one image. Balanced, as in ViLT; the negatives are the batch's, not mined (ALBEF picks hard
-    ones by similarity, which needs a contrastive objective this model does not have).
+    ones by the contrastive similarity, :mod:`vitbert.lit.contrastive`; not done here).
 
     Returns:
         text: (B + K,) the batch row of each pair's caption;
