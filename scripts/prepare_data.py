@@ -28,6 +28,11 @@ of a multi-GPU run is exactly the one training reads. Without it the defaults ar
 The last line printed is one JSON object:
   {"format": ..., "images": N, "captions": N, "skipped": N,
    "splits": {"train": N, "val": N, "test": N}}
+
+`prepare_data.py shards --from SRC --out DIR` writes streamed shards instead, for data past one
+disk or many nodes (vitbert.data.StreamingSource reads them; docs/scale-out.md): litdata chunks
+of the original photo bytes and captions, from any layout above or an img2dataset webdataset
+folder (00000.tar, ...); see `prepare_data.py shards --help`.
 """
 
 from __future__ import annotations
@@ -71,11 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-train", type=int, default=20_000, help="shapes: training pictures")
     p.add_argument("--num-val", type=int, default=2_000, help="shapes: validation pictures")
     p.add_argument("--num-test", type=int, default=2_000, help="shapes: test pictures")
+    add_shards_command(p)
     return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
+    if args.command == "shards":
+        return args
     if args.config:
         _read_config(args)
     for flag, default in (("root", flickr30k.DEFAULT_ROOT), ("format", "auto"),
@@ -112,8 +120,54 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def add_shards_command(parser: argparse.ArgumentParser) -> None:
+    """`prepare_data.py shards`: the streamed shards' command line, beside the flat form (which
+    takes no command)."""
+    from vitbert.data import shards
+
+    commands = parser.add_subparsers(dest="command", metavar="shards")
+    p = commands.add_parser("shards", description=shards.__doc__,
+                            formatter_class=argparse.RawTextHelpFormatter,
+                            help="write streamed litdata shards instead of the image cache")
+    p.add_argument("--from", dest="source", required=True, metavar="FOLDER",
+                   help="a Flickr30k copy in any layout above, or an img2dataset output folder")
+    p.add_argument("--out", required=True, help="shard folder to write (train/, val/, test/, "
+                   "tokenizer.json, skipped.json, shards.json)")
+    p.add_argument("--format", default="auto", choices=["auto", *flickr30k.FORMATS,
+                                                        shards.IMG2DATASET],
+                   help="layout of --from (default auto)")
+    p.add_argument("--images-dir", default=None, help="photo folder, if not a usual name")
+    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                   help="processes checking and writing photos (0 = this process)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shuffle before writing")
+    p.add_argument("--vocab-size", type=int, default=8000,
+                   help="largest vocabulary of the WordPiece trained on the training captions")
+    p.add_argument("--min-frequency", type=int, default=2,
+                   help="fewest occurrences for a piece to enter the vocabulary")
+    p.add_argument("--chunk-bytes", default="64MB", help="litdata chunk size (default 64MB)")
+    p.add_argument("--max-bad-fraction", type=float, default=0.05,
+                   help="largest fraction of unusable photos skipped (default 0.05)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+
+
+def shards(args: argparse.Namespace) -> dict:
+    from vitbert.data.shards import write_shards
+
+    try:
+        summary = write_shards(args.source, args.out, args.format, args.images_dir, args.workers,
+                               args.seed, args.vocab_size, args.min_frequency, args.chunk_bytes,
+                               args.max_bad_fraction, args.force)
+    except DataError as e:
+        fail(str(e))
+    print(json.dumps({k: summary[k] for k in ("images", "captions", "skipped", "splits")}
+                     | {"format": summary["settings"]["format"], "out": args.out}))
+    return summary
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.command == "shards":
+        return shards(args)
     try:
         return prepare(args)
     except DataError as e:

@@ -25,6 +25,7 @@ are all (3, S, S), and the memmap lets every decoding worker write its own rows 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import multiprocessing as mp
 import os
@@ -110,9 +111,21 @@ def read_photo(path: str | Path, at_least: int | None = None) -> Image.Image:
         raise BadImageError("missing file")
     if path.stat().st_size == 0:
         raise BadImageError("zero-byte file")
+    return _open_photo(path, at_least)
+
+
+def read_photo_bytes(data: bytes, at_least: int | None = None) -> Image.Image:
+    """:func:`read_photo` of a photo file's bytes (a streamed shard holds them as they were on
+    disk, `vitbert.data.shards`): the same checks, conversions and draft decoding."""
+    if not data:
+        raise BadImageError("zero-byte file")
+    return _open_photo(io.BytesIO(data), at_least)
+
+
+def _open_photo(file: Path | io.BytesIO, at_least: int | None) -> Image.Image:
     try:
         ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated JPEG is an error, not a grey stripe
-        with Image.open(path) as img:
+        with Image.open(file) as img:
             if at_least is not None and img.format == "JPEG":
                 img.draft("RGB", (at_least, at_least))
             img.load()
@@ -127,6 +140,11 @@ def read_photo(path: str | Path, at_least: int | None = None) -> Image.Image:
 def decode_image(path: str | Path, size: int) -> np.ndarray:
     """Read one image file as uint8 (3, size, size); raises BadImageError saying what is wrong."""
     return resize_center_crop(read_photo(path, at_least=size), size)
+
+
+def decode_image_bytes(data: bytes, size: int) -> np.ndarray:
+    """:func:`decode_image` of a photo file's bytes: uint8 (3, size, size), the cache's resize."""
+    return resize_center_crop(read_photo_bytes(data, at_least=size), size)
 
 
 # ----------------------------------------------------------------------------- writing
