@@ -31,6 +31,7 @@ from vitbert.lit.checkpoints import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.progress import LogProgress
 from vitbert.lit.resume import ResumeState
+from vitbert.lit.retrieval import RetrievalEvaluation
 from vitbert.lit.summary import ParameterCount, ValidationSummary
 from vitbert.lit.writer import PredictionWriter
 from vitbert.models import VitBertConfig
@@ -145,6 +146,9 @@ class VitBertCLI(LightningCLI):
         parser.add_lightning_class_args(CaptionEvaluation, "captions")
         # The binding swap tests at validation (a sample) and test (every picture).
         parser.add_lightning_class_args(BindingEvaluation, "binding")
+        # Image-text retrieval R@k both ways at validation (a sample) and test (every picture),
+        # for a model with contrastive heads (--model.itc_weight).
+        parser.add_lightning_class_args(RetrievalEvaluation, "retrieval")
         # Sizes the data must agree with are set once, on the model.
         parser.link_arguments("model.net.image.image_size", "data.image_size")
         parser.link_arguments("model.net.text.max_len", "data.max_length")

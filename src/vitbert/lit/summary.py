@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 from vitbert.lit.conditions import ANOTHER_PHOTO, CONDITIONS, TEXT_ONLY
 from vitbert.lit.metrics import SKIPPED, TOP_K
+from vitbert.lit.retrieval import KS as RETRIEVAL_KS
 
 # Table columns: (metric name before the condition's suffix, after it).
 COLUMNS = [("loss", "")] + [(f"top{k}", "") for k in TOP_K] + [
@@ -50,6 +51,7 @@ def format_figures(figures: dict[str, float], stage: str = "val",
         lines.append(f"({skipped} captions had no other image in their batch and are not in the "
                      f"'{ANOTHER_PHOTO.description}' row)")
     lines += format_binding_figures(figures, stage)
+    lines += format_retrieval_figures(figures, stage)
     lines += format_caption_figures(figures, stage, caption_labels)
     return "\n".join(lines)
 
@@ -101,6 +103,29 @@ def format_binding_figures(figures: dict[str, float], stage: str = "val") -> lis
             lines.append(f"  {label:<38}" + "".join(
                 f"{100 * figures[name]:>9.1f}%" if name in figures else f"{'-':>10}"
                 for name in names))
+    return lines
+
+
+def format_retrieval_figures(figures: dict[str, float], stage: str = "val") -> list[str]:
+    """Retrieval (:mod:`vitbert.lit.retrieval`) as a small table: a row per direction (and, when
+    the matching head re-ranked, the contrastive score's own rows), R@1, R@5, R@10, and the
+    chance level k / photos; nothing when the run measured no retrieval."""
+    prefix = f"{stage}/retrieval_"
+    if f"{prefix}rsum" not in figures:
+        return []
+    images, captions = int(figures[f"{prefix}images"]), int(figures[f"{prefix}captions"])
+    reranked = f"{prefix}rsum_itc" in figures
+    lines = [f"{f'retrieval: {images} photos, {captions} captions':<40}"
+             + "".join(f"{f'R@{k}':>10}" for k in RETRIEVAL_KS) + f"{'rsum':>10}"]
+    for suffix, how in ((("_itc", "contrastive"), ("", "re-ranked by matching")) if reranked
+                        else (("", "contrastive"),)):
+        for direction, label in (("text_to_image", "text → image"),
+                                 ("image_to_text", "image → text")):
+            lines.append(f"  {f'{label}, {how}':<38}" + "".join(
+                f"{100 * figures[f'{prefix}{direction}_r{k}{suffix}']:>9.1f}%"
+                for k in RETRIEVAL_KS) + f"{figures[f'{prefix}rsum{suffix}']:>10.1f}")
+    lines.append(f"  {'chance (k / photos)':<38}" + "".join(
+        f"{100 * min(1.0, k / images):>9.1f}%" for k in RETRIEVAL_KS))
     return lines
 
 
