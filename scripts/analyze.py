@@ -18,6 +18,10 @@ colours swapped, the shapes swapped, the relation turned; elsewhere two content 
 scored by the pseudo-log-likelihood with the photo and without, the matching head, and
 fill-mask; chance is 50%.
 
+``--retrieval``: image-text retrieval instead (``vitbert.lit.retrieval``): ``--num-images``
+photos against all their captions, R@1/5/10 both ways and rsum by the contrastive score, the top
+``--rerank-k`` re-ranked by the matching head when the model has one; chance is k / photos.
+
 Mistakes (missing checkpoint, data not found, bad split) exit 2 with one line.
 """
 
@@ -45,9 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--binding", action="store_true",
                         help="the binding swap tests instead: the true caption against copies "
                              "with what is bound to what changed (vitbert.lit.binding)")
+    parser.add_argument("--retrieval", action="store_true",
+                        help="image-text retrieval R@k both ways instead (a model trained with "
+                             "--model.itc_weight; vitbert.lit.retrieval)")
+    parser.add_argument("--rerank-k", type=int, default=16,
+                        help="with --retrieval: each query's shortlist re-ranked by the matching "
+                             "head, when the model has one (default 16; 0: none)")
     parser.add_argument("--num-images", type=int, default=500,
-                        help="pictures captioned with --captions or tested with --binding, a "
-                             "fixed sample (default 500)")
+                        help="pictures captioned with --captions, tested with --binding or "
+                             "searched with --retrieval, a fixed sample (default 500)")
     return parser
 
 
@@ -59,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vitbert.analysis import (
         analyse_binding,
+        analyse_retrieval,
         format_summary,
         plot,
         read_split,
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from vitbert.caption_analysis import analyse_captions, format_caption_summary
     from vitbert.data.cache import DataError
     from vitbert.io import CheckpointError
-    from vitbert.lit.summary import format_binding_figures
+    from vitbert.lit.summary import format_binding_figures, format_retrieval_figures
 
     try:
         if args.binding:
@@ -78,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
                 args.split)) + "\n" + ", ".join(
                 f"{name[6:]}: {int(n)} pairs" for name, n in summary.items()
                 if name.startswith("pairs_"))
+        elif args.retrieval:
+            summary = analyse_retrieval(args.ckpt, args.split, args.num_images, args.data_root,
+                                        args.cache_dir, args.rerank_k)
+            report = "\n".join(format_retrieval_figures(
+                {f"{args.split}/retrieval_{name}": value for name, value in summary.items()},
+                args.split))
         elif args.captions:
             summary = analyse_captions(args.ckpt, args.split, args.num_images, args.data_root,
                                        args.cache_dir)

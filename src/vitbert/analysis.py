@@ -28,12 +28,13 @@ from torch.utils.data import DataLoader
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.features import select_captions
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
-from vitbert.io import load_model
+from vitbert.io import CheckpointError, load_model
 from vitbert.lit.binding import binding_scores, swap_maker
 from vitbert.lit.captioning import images_and_references
 from vitbert.lit.conditions import ANOTHER_PHOTO, TEXT_ONLY, WITH_PHOTO, another_photo
 from vitbert.lit.loss import masked_logits
 from vitbert.lit.negatives import SwapNegatives
+from vitbert.lit.retrieval import retrieval_scores, split_for_retrieval
 from vitbert.models import ITMHead
 
 # Colour words: the word class this analysis reports on (the model knows no word list).
@@ -277,6 +278,25 @@ def analyse_binding(ckpt: str | Path, split: str = "test", num_images: int | Non
     images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
     return binding_scores(net, tokenizer, images, captions, make, _itm_head(ckpt, net),
                           max_length)
+
+
+@torch.no_grad()
+def analyse_retrieval(ckpt: str | Path, split: str = "test", num_images: int | None = None,
+                      root: str | None = None, cache_dir: str | None = None,
+                      rerank_k: int = 16) -> dict[str, float]:
+    """Image-text retrieval (:mod:`vitbert.lit.retrieval`) of a ``.ckpt`` on ``num_images``
+    photos of ``split`` (a fixed sample; None: all) against all their captions: the contrastive
+    score over every pair, the top ``rerank_k`` re-ranked by the matching head when it has one."""
+    net, tokenizer = load_model(ckpt)
+    if not net.has_itc:
+        raise CheckpointError(f"{ckpt}: this model has no contrastive heads, which retrieval "
+                              f"ranks by; train one with --model.itc_weight 1.0")
+    _, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    head = _itm_head(ckpt, net)
+    split_data = split_for_retrieval(dataset, tokenizer, int(data["max_length"]), num_images)
+    return retrieval_scores(net.to(device), *split_data,
+                            head.to(device) if head is not None else None, rerank_k)
 
 
 def _itm_head(ckpt: str | Path, net) -> ITMHead | None:

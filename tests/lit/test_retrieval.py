@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import load_script
 from test_itm import colour_batch, tiny_config
 from tiny_run import TINY_MODEL, tiny_shapes
 
@@ -156,5 +157,13 @@ def test_the_callback_on_a_tiny_run(tmp_path, monkeypatch, capsys):
     main(["test", *common, "--model.itc_weight", "1.0", "--ckpt_path", str(ckpt)])
     out = capsys.readouterr().out
     assert "retrieval: 64 photos, 64 captions" in out and "chance (k / photos)" in out
+    analyze = load_script("analyze")
+    assert analyze.main(["--ckpt", str(ckpt), "--retrieval", "--num-images", "16",
+                         "--split", "val"]) == 0
+    assert "retrieval: 16 photos, 16 captions" in capsys.readouterr().out
     cli = main(["fit", *common])
     assert not any("retrieval" in key for key in cli.trainer.callback_metrics)
+    without = tmp_path / "runs" / "latest" / "checkpoints" / "last.ckpt"
+    assert analyze.main(["--ckpt", str(without), "--retrieval"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no contrastive heads" in error and "itc_weight" in error
