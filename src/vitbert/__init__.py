@@ -2,12 +2,13 @@
 
 ``import vitbert`` stays light (no torch); the public objects load on first use:
 
-    from vitbert import Captioner, FillMask
+    from vitbert import Captioner, FillMask, Retriever
 """
 
 from __future__ import annotations
 
-_LAZY = {"FillMask": "vitbert.predict", "Captioner": "vitbert.captioner"}
+_LAZY = {"FillMask": "vitbert.predict", "Captioner": "vitbert.captioner",
+         "Retriever": "vitbert.retriever"}
 
 
 def __getattr__(name: str):
@@ -23,4 +24,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["Captioner", "FillMask"]
+__all__ = ["Captioner", "FillMask", "Retriever"]
