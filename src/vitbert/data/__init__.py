@@ -1,7 +1,8 @@
 """Data: Flickr30k in its real formats and the generated shapes default, one uint8 image cache,
 a WordPiece tokenizer, the MLM collator, the data sources (`ShapesSource`, `Flickr30kSource`)
 and the one LightningDataModule that ties them together (`datamodule.CaptionDataModule`, not
-imported here: it pulls in Lightning, which inference does not need)."""
+imported here: it pulls in Lightning, which inference does not need). `StreamingSource` (litdata
+shards, `vitbert.data.streaming`) is imported on first use, for the same reason."""
 
 from .cache import CaptionDataset, DataError
 from .masking import STOP_WORDS, MLMCollator
@@ -23,8 +24,17 @@ __all__ = [
     "Flickr30kSource",
     "MLMCollator",
     "ShapesSource",
+    "StreamingSource",
     "load_tokenizer",
     "tokenizer_from_json",
     "tokenizer_to_json",
     "train_wordpiece",
 ]
+
+
+def __getattr__(name: str):
+    if name == "StreamingSource":  # litdata is imported only by a run that streams
+        from .streaming import StreamingSource
+
+        return StreamingSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

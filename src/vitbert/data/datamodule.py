@@ -1,9 +1,10 @@
 """The LightningDataModule: one class, fed by a data source (`vitbert.data.sources`).
 
-The source says where the image cache lives, builds it, and gives the training captions. The
-data module owns the rest: the tokenizer (loaded from a path, or trained on the training captions
-and cached beside the data), the MLM collators (random masks for training, per-example
-deterministic masks for val / test / predict) and the loaders.
+The source says where the image cache lives, builds it, and gives the training captions (a source
+that streams, `vitbert.data.streaming.StreamingSource`, gives its datasets, its training loader and
+its tokenizer instead). The data module owns the rest: the tokenizer (loaded from a path, or
+trained on the training captions and cached beside the data), the MLM collators (random masks for
+training, per-example deterministic masks for val / test / predict) and the loaders.
 
 `num_tokens` works right after __init__ (LightningCLI links it to the model's vocabulary size with
 apply_on="instantiate", before any Trainer exists): it may generate the shapes data or read the
@@ -22,15 +23,15 @@ from typing import Any
 import lightning as L
 import torch
 from jsonargparse import lazy_instance
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerFast
 
 from .augment import random_resized_crop
-from .cache import SPLITS, CaptionDataset, DataError, read_meta
+from .cache import SPLITS, DataError
 from .features import ImageFeatures
 from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
-from .sources import DataSource, ShapesSource
+from .sources import DataSource, LoaderOptions, ShapesSource
 from .tokenizer import cached_wordpiece, load_tokenizer
 
 # What each stage does with the split it reads (the error when that split is empty says it).
@@ -69,7 +70,8 @@ class CaptionDataModule(L.LightningDataModule):
         """
         Args:
             source: Where the captioned pictures come from: vitbert.data.ShapesSource (generated,
-                the default) or vitbert.data.Flickr30kSource (photos on disk).
+                the default), vitbert.data.Flickr30kSource (photos on disk) or
+                vitbert.data.StreamingSource (litdata shards, local or s3://).
             batch_size: Captions per batch (each distinct picture in it stacked once).
             num_workers: DataLoader worker processes (0 = load in the training process).
             image_size: Side of the square cached pictures; set from model.net.image.image_size.
@@ -130,7 +132,7 @@ class CaptionDataModule(L.LightningDataModule):
         self.train_transform = random_resized_crop(image_size, random_crop_scale)
         self.group_by_photo = group_by_photo
         self._tokenizer: PreTrainedTokenizerFast | None = None
-        self._datasets: dict[str, CaptionDataset] = {}
+        self._datasets: dict[str, Dataset] = {}
         self._image_features: ImageFeatures | None = None
         # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
         # size (num_tokens), and Lightning refuses to log two different values under one key.
@@ -149,11 +151,14 @@ class CaptionDataModule(L.LightningDataModule):
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerFast:
-        """Loaded from `tokenizer=` or trained once on the training captions and cached beside
-        the data, keyed by the captions' hash, so it changes only when the captions do."""
+        """Loaded from `tokenizer=`, or the one the data comes with (streamed shards), or
+        trained once on the training captions and cached beside the data, keyed by the
+        captions' hash, so it changes only when the captions do."""
         if self._tokenizer is None:
             if self.tokenizer_path is not None:
                 self._tokenizer = load_tokenizer(self.tokenizer_path)
+            elif (shipped := self.source.tokenizer_file()) is not None:
+                self._tokenizer = load_tokenizer(shipped)
             else:
                 texts = self.source.train_captions(self.image_size)
                 key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
@@ -227,7 +232,7 @@ class CaptionDataModule(L.LightningDataModule):
 
     def _meta(self) -> dict[str, Any]:
         self._build_cache()
-        meta = read_meta(self.cache_dir)
+        meta = self.source.read_summary()
         if meta is None:  # built a moment ago: only a concurrent rebuild removes it
             raise DataError(f"{self.cache_dir}: the image cache disappeared (cache.json missing);"
                             " is another run rebuilding it?")
@@ -238,10 +243,12 @@ class CaptionDataModule(L.LightningDataModule):
         if self.trainer is None or self.trainer.is_global_zero:
             print(text, flush=True)
 
-    def dataset(self, split: str) -> CaptionDataset:
+    def dataset(self, split: str) -> Dataset:
+        """One split's captions, one per item, with ``captions`` and ``rows`` (the source's
+        `split_dataset`: a `CaptionDataset` of the image cache for the folder sources)."""
         if split not in self._datasets:
             self._build_cache()
-            self._datasets[split] = CaptionDataset(self.cache_dir, split)
+            self._datasets[split] = self.source.split_dataset(split, self.image_size)
         return self._datasets[split]
 
     def caption(self, index: int, split: str) -> str:
@@ -260,9 +267,25 @@ class CaptionDataModule(L.LightningDataModule):
     def use_image_features(self, features: ImageFeatures | None) -> None:
         """Loaders created from now on carry a frozen image tower's cached output tokens
         (`vitbert.data.features`) instead of pixels; None goes back to pixels."""
+        if features is not None:
+            self.check_image_features()
         self._image_features = features
 
+    def check_image_features(self) -> None:
+        """Stop with one line when the source keeps no image cache to compute features over."""
+        if not self.source.caches_images:
+            raise DataError(f"model.freeze_image_tower: true caches the tower's output per photo"
+                            f" of an image cache, and {type(self.source).__name__} streams photos"
+                            f" without one: use model.freeze_image_tower_steps, or a folder source")
+
     def _loader(self, split: str, train: bool) -> DataLoader:
+        if train and self._image_features is None:
+            own = self.source.train_loader(LoaderOptions(
+                batch_size=self.batch_size, num_workers=self.num_workers,
+                pin_memory=self.pin_memory and torch.cuda.is_available(),
+                image_size=self.image_size, collate_fn=self.collator(deterministic=False)))
+            if own is not None:  # a streaming source deals its data to the ranks itself
+                return own
         dataset = self.dataset(split)
         if train:  # resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume
             groups = dataset.rows if self.group_by_photo else None  # (captions,) photo rows

@@ -141,6 +141,7 @@ def attach_image_features(trainer: Any, model: Any, batch_size: int = 64) -> Ima
         raise DataError("model.freeze_image_tower: true needs vitbert's CaptionDataModule (its "
                         "image cache holds the photos whose features are cached); unset it or "
                         "train with data: a CaptionDataModule")
+    datamodule.check_image_features()
     if trainer.is_global_zero:
         build_image_features(model, datamodule.cache_dir, batch_size)
     trainer.strategy.barrier("image_features")

@@ -9,27 +9,45 @@ current), and the training captions the tokenizer learns from. Everything after 
         class_path: vitbert.data.ShapesSource
         init_args: {root: data/shapes, num_train: 20000}
 
-A new source (web shards, another captioned set) is a third subclass of `DataSource` that writes
-the cache format of `vitbert.data.cache`; nothing else changes. A source may also score written
-captions in ways only its data allows (`DataSource.caption_scores`: the shapes data checks
-both objects' colours and shapes); the caption evaluation logs them and the table prints them.
-It may also make the binding test's negatives its own way (`DataSource.binding_swaps`: the shapes
-data swaps the two colours, the two shapes, and turns the relation).
-"""
+A new captioned set is a subclass of `DataSource` that writes the cache format of
+`vitbert.data.cache`; nothing else changes. A source that does not fit one disk brings its own
+datasets and training loader instead (`split_dataset`, `train_loader`, `tokenizer_file`,
+`read_summary`: `vitbert.data.streaming.StreamingSource` streams litdata shards). A source may also
+score written captions in ways only its data allows (`DataSource.caption_scores`: the shapes data
+checks both objects' colours and shapes); the caption evaluation logs them and the table prints
+them. It may also make the binding test's negatives its own way (`DataSource.binding_swaps`: the
+shapes data swaps the two colours, the two shapes, and turns the relation). """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import DataLoader, Dataset
+
 from . import flickr30k, shapes, shapes_captions
-from .cache import CaptionDataset
+from .cache import CaptionDataset, read_meta
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """What the data module asks of a training loader a source builds itself."""
+
+    batch_size: int  # captions per batch
+    num_workers: int
+    pin_memory: bool
+    image_size: int
+    collate_fn: Callable[[list[dict[str, Any]]], dict[str, Any]]  # caption items -> MLM batch
 
 
 class DataSource(ABC):
-    """Captioned pictures written once into the image cache (`vitbert.data.cache`)."""
+    """Captioned pictures written once into the image cache (`vitbert.data.cache`), or (a source
+    that overrides `split_dataset` and `train_loader`) served some other way."""
+
+    caches_images = True  # the image cache exists, so the frozen-tower feature cache can be built
 
     @property
     @abstractmethod
@@ -44,6 +62,27 @@ class DataSource(ABC):
     @abstractmethod
     def train_captions(self, image_size: int) -> list[str]:
         """The training captions, the text the tokenizer is trained on."""
+
+    def read_summary(self) -> dict[str, Any] | None:
+        """What the data holds (the cache's cache.json: "settings", "splits" and
+        "split_captions" per split), or None when there is none yet."""
+        return read_meta(self.cache_dir)
+
+    def tokenizer_file(self) -> Path | None:
+        """A tokenizer.json the data comes with; None (the default): the data module trains one
+        on `train_captions`."""
+        return None
+
+    def split_dataset(self, split: str, image_size: int) -> Dataset:
+        """One split's captions, one per item (``{"image", "caption", "index", "row"}``) with
+        ``captions`` and ``rows``: evaluation reads it in order; so does training, shuffled by
+        the data module, unless `train_loader` gives a loader."""
+        return CaptionDataset(self.cache_dir, split)
+
+    def train_loader(self, options: LoaderOptions) -> DataLoader | None:
+        """A training loader of this source's own; None (the default): the data module shuffles
+        ``split_dataset("train")`` itself, resumably (`vitbert.data.resume`)."""
+        return None
 
     def split_origin(self, meta: dict[str, Any]) -> str:
         """Where the cache's train / val / test split came from, said in the data summary at
@@ -81,7 +120,7 @@ class DataSource(ABC):
         """The constructor arguments, for the run's logged hyperparameters."""
         return {"class_path": f"{type(self).__module__}.{type(self).__name__}",
                 "init_args": {k.lstrip("_"): v for k, v in vars(self).items()
-                              if not k.startswith("__") and k != "_summaries"}}
+                              if not k.startswith("__") and k not in ("_summaries", "_summary")}}
 
 
 class ShapesSource(DataSource):
