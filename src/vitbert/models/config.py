@@ -160,6 +160,7 @@ def _flickr30k() -> VitBertConfig:
         text=TextTowerConfig(dim=768, depth=6, num_heads=12, max_len=64, dropout=0.1),
         vocab_size=8000,
         image_tokens="pooled",
+        itc_dim=256,  # ALBEF's and BLIP's contrastive width at BERT-base (configs: itc_weight)
     )
 
 
