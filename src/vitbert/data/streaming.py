@@ -129,7 +129,7 @@ class StreamingSource(DataSource):
         *,
         shards: str,
         cache_dir: str | None = None,
-        seed: int | None = None,
+        seed: int = 0,
         max_cache_size: str = "50GB",
     ):
         """
@@ -138,9 +138,9 @@ class StreamingSource(DataSource):
                 tokenizer.json, shards.json), a local path or a cloud URL (s3://bucket/prefix).
             cache_dir: Local folder for downloaded chunks and the shards' small files; unset, the
                 shard folder itself when local, else data/shard-cache/<hash of the URL>.
-            seed: Shuffle seed of the training stream; unset, torch's initial seed (what
-                seed_everything set), so a resumed run with the same seed_everything draws it
-                again.
+            seed: Shuffle seed of the training stream (chunks and the photos in them, anew each
+                epoch from (seed, epoch)); litdata's checkpointed state holds it, and a resume
+                with another seed stops.
             max_cache_size: Most disk the downloaded chunks may take ("50GB"); unused locally.
         """
         self.shards, self._cache_dir, self.seed = shards, cache_dir, seed
@@ -218,9 +218,8 @@ class StreamingSource(DataSource):
         summary = self.read_summary()
         per_photo = summary["split_captions"]["train"] / max(summary["splits"]["train"], 1)
         photos_per_batch = max(1, round(options.batch_size / per_photo))
-        seed = self.seed if self.seed is not None else torch.initial_seed() % 2**31
         input_dir, cache_dir = self._chunks("train")
-        stream = PhotoStream(input_dir, options.image_size, seed=seed, cache_dir=cache_dir,
+        stream = PhotoStream(input_dir, options.image_size, seed=self.seed, cache_dir=cache_dir,
                              max_cache_size=self.max_cache_size)
         # Workers start afresh each epoch (not persistent): they must see the epoch set on the
         # dataset, which the masks are drawn from.
