@@ -93,3 +93,4 @@ def test_bench_data_section_json(capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     d = out["data"]
     assert d["images"] == 12 and d["cached_samples_per_s"] > 0 and d["decode_samples_per_s"] > 0
+    assert d["streamed_samples_per_s"] > 0 and d["shards_write_s"] > 0

@@ -1,5 +1,6 @@
-"""Data-path measurements: the cached loader against decoding the JPEGs every time, and the
-storage choice behind the cache (numpy memmap against a `datasets` Arrow table).
+"""Data-path measurements: the cached loader against decoding the JPEGs every time and against
+streamed litdata shards, and the storage choice behind the cache (numpy memmap against a
+`datasets` Arrow table).
 
 Used by `scripts/bench.py` (section "data"); kept here so tests and notebooks can call it.
 Training never imports this module: `DecodingDataset` exists only to be measured against.
@@ -23,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitbert.data import flickr30k
 from vitbert.data.cache import CaptionDataset, decode_image
+from vitbert.data.shards import write_shards
 
 # Caption words for generated annotations: Flickr-like lengths and about ninety words.
 _WORDS = ("a an the man woman boy girl child dog dogs people group two three young old little "
@@ -135,11 +137,38 @@ def data_benchmark(root: str | Path | None = None, n_images: int = 256, image_si
         decoding = DecodingDataset(cached, lambda row: img_dir / cached.files[row])
         cached_sps = loader_throughput(cached, batch_size, num_workers, max_batches)
         decode_sps = loader_throughput(decoding, batch_size, num_workers, max_batches)
+        t0 = time.perf_counter()
+        write_shards(root, work / "shards", workers=num_workers, min_frequency=1, force=True)
+        shards_s = time.perf_counter() - t0
+        streamed_sps = streamed_throughput(work / "shards", image_size, batch_size, num_workers,
+                                           max_batches)
     return {"images": summary["images"], "image_size": image_size, "batch_size": batch_size,
             "num_workers": num_workers, "cache_build_s": round(build_s, 2),
             "cached_samples_per_s": round(cached_sps, 1),
             "decode_samples_per_s": round(decode_sps, 1),
-            "speedup": round(cached_sps / decode_sps, 1)}
+            "speedup": round(cached_sps / decode_sps, 1),
+            "shards_write_s": round(shards_s, 2),
+            "streamed_samples_per_s": round(streamed_sps, 1)}
+
+
+def streamed_throughput(shards: Path, image_size: int, batch_size: int, num_workers: int,
+                        max_batches: int) -> float:
+    """Captions per second from litdata shards (``prepare_data.py shards``) as training reads
+    them: photos streamed, decoded and resized in the workers, each expanded to its captions;
+    the same unit as :func:`loader_throughput`'s samples, after one warm-up batch."""
+    from vitbert.data.sources import LoaderOptions
+    from vitbert.data.streaming import StreamingSource
+
+    options = LoaderOptions(batch_size=batch_size, num_workers=num_workers, pin_memory=False,
+                            image_size=image_size, collate_fn=_stack)
+    it = iter(StreamingSource(shards=str(shards)).train_loader(options))
+    next(it)  # worker start-up is not throughput
+    n, t0 = 0, time.perf_counter()
+    for i, batch in enumerate(it):
+        n += len(batch["images"])
+        if i + 1 >= max_batches:
+            break
+    return n / max(time.perf_counter() - t0, 1e-9)
 
 
 def compare_storage(n: int = 4000, image_size: int = 224, reads: int = 2000,
