@@ -3,6 +3,7 @@
 
     python scripts/demo.py --ckpt runs/latest/checkpoints/last.ckpt   # open http://127.0.0.1:7860
     python scripts/demo.py --ckpt exported/ --examples photos/ --share
+    python scripts/demo.py --ckpt exported/ --images photos/     # "Find the photo" searches photos/
 
 Needs the demo extra: pip install -e ".[demo]". ``--ckpt`` takes a ``.ckpt`` written by
 ``scripts/train.py`` or an exported folder. Uploads stay in a temporary folder removed on exit.
@@ -22,8 +23,8 @@ from pathlib import Path
 def build_parser() -> argparse.ArgumentParser:
     """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="exit status 2: a checkpoint or --examples folder that "
-                                            "cannot be used; the message says why.")
+                                     epilog="exit status 2: a checkpoint, --examples or --images "
+                                            "folder that cannot be used; the message says why.")
     parser.add_argument("--ckpt", required=True, type=Path,
                         help="a .ckpt from scripts/train.py, or an exported folder")
     parser.add_argument("--port", type=int, default=7860,
@@ -32,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also publish through a temporary public gradio.live link")
     parser.add_argument("--examples", type=Path, metavar="DIR",
                         help="a folder of photos: the first few join the gallery")
+    parser.add_argument("--images", type=Path, metavar="DIR",
+                        help='the folder "Find the photo" searches (default: the example '
+                             "pictures); its embeddings are kept in "
+                             "DIR/.vitbert-index-<model>.safetensors for the next start")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads for torch (default 1: one query of a small model is "
@@ -78,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         examples = demo.shapes_examples(fill_mask.image_size)
         if args.examples is not None:
             examples = demo.folder_examples(args.examples) + examples
+        finder = demo.search_for(fill_mask, args.ckpt, examples, args.images)
     except demo.DemoInputError as error:
         return fail(str(error))
     captioner_class = demo.captioner_class()  # HOOK: None until vitbert.Captioner exists
@@ -85,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"vitbert demo: {args.ckpt} on {fill_mask.device}; uploads go to "
           f"{os.environ['GRADIO_TEMP_DIR']}", flush=True)
     demo.serve(fill_mask, examples, port=args.port, share=args.share,
-               captioner=captioner, title=f"Model: `{args.ckpt}`")
+               captioner=captioner, title=f"Model: `{args.ckpt}`", finder=finder)
     return 0
 
 

@@ -1,7 +1,7 @@
 """The web page to try a trained vitbert: a photo and a sentence with [MASK]s in, the guesses out.
 
     python scripts/demo.py --ckpt runs/latest/checkpoints/last.ckpt [--port 7860] [--share]
-                           [--examples DIR]
+                           [--examples DIR] [--images DIR]
 
 For each [MASK] the page shows the top-k guesses with the photo and from the text alone side by
 side, as bars, marks the words the photo brought in, and draws where that [MASK] looked in the
@@ -10,6 +10,8 @@ photo (``vitbert.attention_picture``). The work is split so that tests reach eve
 - :func:`answer` runs one query (checks, both readings, the attention picture) and raises
   :class:`DemoInputError` with a message for the user on bad input;
 - :func:`respond` is what the button calls: it never raises, a bad input becomes the status line;
+- :func:`search` is the "Find the photo" section's button (:class:`vitbert.Retriever` over the
+  folder the page was started with, ``--images``, else the example pictures); never raises;
 - :func:`build_app` wires those to Gradio components; :func:`serve` launches it (temp folder,
   threads, no analytics).
 
@@ -277,6 +279,107 @@ def respond(fill_mask: FillMask, image, text: str | None, top_k=DEFAULT_TOP_K
 
 
 # ----------------------------------------------------------------------------------------------
+# Find the photo
+
+SEARCH_RESULTS = 6  # photos shown for a sentence
+THUMBNAIL_SIDE = 256
+
+
+@dataclass
+class Search:
+    """What the "Find the photo" section searches: a retriever and the index of its photos, or
+    ``note`` (why there is no search) when the model cannot search."""
+
+    retriever: Any | None
+    index: Any | None
+    where: str  # "the folder photos/" or "the 8 example pictures", for the page's text
+    note: str = ""
+
+
+def search_for(fill_mask: FillMask, ckpt, examples: list[Example], folder=None) -> Search:
+    """The page's search over ``folder`` (its index file reused or written) or, without one, the
+    example pictures, with the network ``fill_mask`` already holds (loaded once for the page).
+    A model without contrastive heads gets a note instead; a folder that cannot be searched
+    raises :class:`DemoInputError` (the script exits 2 with it)."""
+    from vitbert.photo_index import FolderError
+    from vitbert.retriever import ITC_FIX, Retriever, itm_head_of
+
+    if not fill_mask.model.has_itc:
+        return Search(None, None, "", "This model has no contrastive heads (its net.itc_dim is "
+                      f"0), so it cannot search photos by sentence: {ITC_FIX}.")
+    retriever = Retriever(fill_mask.model, fill_mask.tokenizer,
+                          itm_head_of(ckpt, fill_mask.model.config.text.dim), fill_mask.device)
+    if folder is None:
+        index = retriever.index_images([ex.image for ex in examples],
+                                       [ex.label for ex in examples])
+        return Search(retriever, index, f"the {len(examples)} example pictures")
+    try:
+        index = retriever.index(folder)
+    except FolderError as error:
+        raise DemoInputError(f"--images {error}") from None
+    for name, reason in index.skipped:
+        _say(f"--images: skipped {name}: {reason}")
+    return Search(retriever, index, f"the {len(index)} photos of {folder}")
+
+
+def search(found: Search, text: str | None, top_k=SEARCH_RESULTS
+           ) -> tuple[str, str, list | None]:
+    """What the search button calls: (status Markdown, results HTML, gallery of (photo, label)).
+    Never raises: a bad sentence (or a bug) becomes the status line."""
+    text = (text or "").strip()
+    if found.retriever is None:
+        return f"**Cannot search:** {found.note}", "", None
+    if not text:
+        return "**Cannot search:** no sentence yet: describe the photo, e.g. 'a red circle'.", \
+            "", None
+    if len(text) > MAX_TEXT_CHARS:
+        return (f"**Cannot search:** the sentence is {len(text)} characters long; at most "
+                f"{MAX_TEXT_CHARS}."), "", None
+    start = time.perf_counter()
+    try:
+        result = found.retriever.images_for(text, found.index, top_k=int(top_k))
+        gallery = [(_thumbnail(found.index, r), f"{r['rank']}. {r['image']}")
+                   for r in result["results"]]
+    except (PredictError, BadImageError) as error:
+        return f"**Cannot search:** {error}", "", None
+    except Exception as error:  # the page's boundary: report, log, keep serving
+        log.exception("search failed")
+        return f"**Something went wrong:** {type(error).__name__}: {error}", "", None
+    status = (f"Searched {found.where} in {time.perf_counter() - start:.2f} s: "
+              f"{_ranked_by(result)}.")
+    if result["warning"]:
+        status += f" ⚠ {result['warning']}"
+    return status, found_html(result), gallery
+
+
+def _ranked_by(result: dict) -> str:
+    if result["ranked_by"] == "itm":
+        return (f"ranked by the matching head among the {result['shortlist']} best by the "
+                "contrastive score")
+    return "ranked by the contrastive score"
+
+
+def found_html(result: dict) -> str:
+    """The photos found, best first, with the score that ranked each (names escaped)."""
+    rows = "".join(
+        f'<li class="vb-found" data-image="{html.escape(r["image"])}">'
+        f'<span class="vb-word">{html.escape(r["image"])}</span> '
+        f'<span class="vb-score">{r["score"]:.3f}</span></li>' for r in result["results"])
+    return f'<ol class="vb-found-list">{rows}</ol>'
+
+
+def _thumbnail(index, found: dict) -> np.ndarray:
+    """A found photo for the gallery: the picture itself for the examples, a shrunk copy of the
+    file for a folder (Gradio serves it from its temp folder, never the user's folder)."""
+    row = index.names.index(found["image"])
+    if index.images is not None:
+        return index.images[row].permute(1, 2, 0).numpy()  # (S, S, 3)
+    photo = read_photo(index.folder / found["image"], at_least=THUMBNAIL_SIDE)
+    photo.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+    return np.asarray(photo)
+
+
+# ----------------------------------------------------------------------------------------------
 # The page
 
 
@@ -309,9 +412,11 @@ def write_caption(captioner, image, method: str) -> str:
     return f"**Caption ({method}):** {html.escape(best['caption'])}"
 
 
-def build_app(fill_mask: FillMask, examples: list[Example], captioner=None, title: str = ""):
+def build_app(fill_mask: FillMask, examples: list[Example], captioner=None, title: str = "",
+              finder: Search | None = None):
     """The Gradio Blocks page; ``captioner`` (a callable, see :func:`captioner_class`) adds the
-    "Write a caption" button. Launch it with :func:`serve` or ``.launch()``."""
+    "Write a caption" button, ``finder`` the "Find the photo" section (:func:`search_for`).
+    Launch it with :func:`serve` or ``.launch()``."""
     with gr.Blocks(title="vitbert: fill the hidden word", analytics_enabled=False) as app:
         gr.Markdown(f"# Fill the hidden words of a sentence about a photo\n{title}\n\n"
                     f"Upload a photo (or pick a picture below), write a sentence with {MASK} "
@@ -360,13 +465,36 @@ def build_app(fill_mask: FillMask, examples: list[Example], captioner=None, titl
         if captioner is not None:
             write.click(lambda image_path, how: write_caption(captioner, image_path, how),
                         [image, method], caption, api_name="caption")
+        if finder is not None:
+            search_section(finder)
     return app
+
+
+def search_section(finder: Search) -> None:
+    """"Find the photo": a sentence in, the best photos of the page's folder out; a note in its
+    place when the model cannot search."""
+    gr.Markdown("## Find the photo\n"
+                + (f"Describe a photo; the page searches {finder.where}." if finder.retriever
+                   else f"*{html.escape(finder.note)}*"), elem_id="search-intro")
+    if finder.retriever is None:
+        return
+    with gr.Row():
+        query = gr.Textbox(label="Sentence", placeholder="a small red circle left of a blue square",
+                           max_length=MAX_TEXT_CHARS, elem_id="search-text", scale=4)
+        button = gr.Button("Find", variant="primary", elem_id="search", scale=1)
+    status = gr.Markdown(elem_id="search-status")
+    found = gr.HTML(elem_id="search-list")
+    pictures = gr.Gallery(label="Best first", columns=SEARCH_RESULTS, height="auto",
+                          allow_preview=False, buttons=[], format="png", elem_id="search-results")
+    outputs = [status, found, pictures]
+    button.click(lambda text: search(finder, text), [query], outputs, api_name="search")
+    query.submit(lambda text: search(finder, text), [query], outputs, api_name=False)
 
 
 # The embedded default's pictures are 32 px: show the photo large, and pixels rather than blur.
 CSS = """
 #photo img { width: 100%; height: 100%; object-fit: contain; }
-#photo img, #gallery img { image-rendering: pixelated; }
+#photo img, #gallery img, #search-results img { image-rendering: pixelated; }
 """
 
 
@@ -392,9 +520,10 @@ def explain_unreadable(photo: gr.Image) -> gr.Image:
 
 
 def serve(fill_mask: FillMask, examples: list[Example], port: int | None = None,
-          share: bool = False, captioner=None, title: str = "", block: bool = True):
+          share: bool = False, captioner=None, title: str = "", block: bool = True,
+          finder: Search | None = None):
     """Build and launch the page on 127.0.0.1 (and a public link with ``share``)."""
-    app = build_app(fill_mask, examples, captioner, title)
+    app = build_app(fill_mask, examples, captioner, title, finder)
     if examples:  # the first query pays for imports and first calls: not the first visitor
         respond(fill_mask, examples[0].image, examples[0].text)
     # System fonts: the default theme would fetch Google fonts, which an offline machine lacks.
@@ -417,7 +546,7 @@ def page_address(local_url: str, share_url: str | None) -> str:
 
 
 __all__ = [
-    "Answer", "DemoInputError", "Example", "answer", "bars_html", "build_app", "captioner_class",
-    "check_query", "folder_examples", "hide_first", "respond", "serve", "shapes_examples",
-    "write_caption",
+    "Answer", "DemoInputError", "Example", "Search", "answer", "bars_html", "build_app",
+    "captioner_class", "check_query", "folder_examples", "found_html", "hide_first", "respond",
+    "search", "search_for", "search_section", "serve", "shapes_examples", "write_caption",
 ]

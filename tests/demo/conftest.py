@@ -16,7 +16,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 pytest.importorskip("gradio", reason="the demo extra is not installed: pip install -e '.[demo]'")
 
@@ -48,9 +50,14 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def demo_server(trained, tmp_path_factory):
+    yield from start_server(trained.ckpt, tmp_path_factory.mktemp("demo_server"))
+
+
+def start_server(ckpt: Path, root: Path, *extra: str):
+    """scripts/demo.py serving ``ckpt`` (and ``extra`` arguments) until the generator resumes:
+    yields its :class:`Server`, then stops it and checks its upload folder went with it."""
     import vitbert
 
-    root = tmp_path_factory.mktemp("demo_server")
     tmp, cwd = root / "tmp", root / "cwd"
     tmp.mkdir()
     cwd.mkdir()
@@ -61,8 +68,8 @@ def demo_server(trained, tmp_path_factory):
     log = root / "server.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--ckpt", str(trained.ckpt), "--port", str(port),
-             "--device", "cpu"], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+            [sys.executable, str(SCRIPT), "--ckpt", str(ckpt), "--port", str(port),
+             "--device", "cpu", *extra], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
@@ -85,3 +92,44 @@ def demo_server(trained, tmp_path_factory):
         process.kill()
         pytest.fail("scripts/demo.py did not stop within 30 s of SIGTERM")
     assert not list(tmp.glob("vitbert-demo-*")), "the upload folder outlived the server"
+
+
+# "Find the photo": a model that can search, and a folder to search.
+COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
+
+
+@pytest.fixture(scope="module")
+def itc_export(trained, tmp_path_factory):
+    """The session's model with contrastive heads and a matching head added (fresh weights: the
+    tests compare the page with the Retriever, not with a truth), exported."""
+    import torch
+
+    from vitbert.io import TOKENIZER_FILE, load_model, write_exported
+    from vitbert.models import ITMHead, VitBert
+
+    model, _ = load_model(trained.exported)
+    config = model.config
+    config.itc_dim = 16
+    torch.manual_seed(1)
+    net = VitBert(config)
+    net.load_state_dict(model.state_dict(), strict=False)  # all but the new heads
+    head = {f"itm_head.{k}": v for k, v in ITMHead(config.text.dim).state_dict().items()}
+    folder = tmp_path_factory.mktemp("itc") / "exported"
+    tokenizer = (trained.exported / TOKENIZER_FILE).read_text()
+    return write_exported(net, folder, tokenizer, head)
+
+
+@pytest.fixture(scope="module")
+def photo_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("search") / "photos"
+    folder.mkdir()
+    for name, rgb in COLOURS.items():
+        Image.fromarray(np.full((48, 64, 3), rgb, np.uint8)).save(folder / f"{name}.png")
+    (folder / "broken.jpg").write_bytes(b"no photo")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def search_server(itc_export, photo_folder, tmp_path_factory):
+    yield from start_server(itc_export, tmp_path_factory.mktemp("search_server"), "--images",
+                            str(photo_folder))
