@@ -1,4 +1,4 @@
-"""`prepare_data.py shards`: litdata shards from a Karpathy copy, a .token copy and an
+"""`prepare_data.py shards`: litdata shards from every layout the folder source reads and an
 img2dataset tar folder; one sample per photo with its original bytes, the split kept, the
 tokenizer beside the shards, a truncated JPEG skipped and reported (vitbert.data.shards)."""
 
@@ -111,3 +111,29 @@ def test_a_written_folder_is_replaced_only_with_force(tmp_path, capsys):
     assert stop.value.code == 2 and "pass --force" in capsys.readouterr().err
     again = _shards(root, tmp_path / "shards", "--max-bad-fraction", "0.1", "--force")
     assert again["images"] == 10
+
+
+@pytest.mark.parametrize("fmt", ["token", "kaggle", "karpathy", "nlphuji"])
+def test_every_layout_shards_the_photos_splits_and_captions_the_folder_source_reads(
+        tmp_path, flickr_root, fmt):
+    """The shards and the image cache read a layout through the same readers: the same photos
+    (odd ones converted, broken ones skipped), in the same splits, with the same captions (the
+    Kaggle file's broken row repaired, a blank caption dropped)."""
+    from vitbert.data.cache import SPLITS, CaptionDataset
+    from vitbert.data.flickr30k import build_cache
+    from vitbert.data.shards import write_shards
+
+    root = flickr_root(fmt)
+    # A quarter of this set is broken on purpose: more than a real copy may have by default.
+    write_shards(root, tmp_path / "shards", workers=0, min_frequency=1, max_bad_fraction=0.5)
+    build_cache(root, tmp_path / "cache", 32, workers=0, max_bad_fraction=0.5)
+    for split in SPLITS:
+        cached = CaptionDataset(tmp_path / "cache", split)
+        expected: dict[str, list[str]] = {}
+        for row, caption in zip(cached.rows, cached.captions, strict=True):
+            expected.setdefault(cached.files[row], []).append(caption)
+        streamed = ({s["key"]: s["captions"].split("\n") for s in _read(tmp_path / "shards", split)}
+                    if (tmp_path / "shards" / split).exists() else {})
+        assert {k: sorted(v) for k, v in streamed.items()} == {
+            k: sorted(v) for k, v in expected.items()}, (fmt, split)
+        assert expected or split != "train"
