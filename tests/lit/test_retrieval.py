@@ -133,6 +133,7 @@ def test_the_table_rows():
     lines = format_retrieval_figures(figures, "test")
     assert "3 photos, 15 captions" in lines[0]
     assert "text → image, contrastive" in lines[1] and "80.0%" in lines[1]
+    assert "513.3" not in lines[1] and lines[2].endswith("513.3"), "rsum once, both ways'"
     assert "chance" in lines[-1] and "33.3%" in lines[-1]
     assert format_retrieval_figures({"test/top1": 0.5}, "test") == []
 

@@ -123,7 +123,8 @@ def format_retrieval_figures(figures: dict[str, float], stage: str = "val") -> l
                                  ("image_to_text", "image → text")):
             lines.append(f"  {f'{label}, {how}':<38}" + "".join(
                 f"{100 * figures[f'{prefix}{direction}_r{k}{suffix}']:>9.1f}%"
-                for k in RETRIEVAL_KS) + f"{figures[f'{prefix}rsum{suffix}']:>10.1f}")
+                for k in RETRIEVAL_KS))
+        lines[-1] += f"{figures[f'{prefix}rsum{suffix}']:>10.1f}"  # both directions' six, once
     lines.append(f"  {'chance (k / photos)':<38}" + "".join(
         f"{100 * min(1.0, k / images):>9.1f}%" for k in RETRIEVAL_KS))
     return lines
