@@ -317,7 +317,7 @@ ROWS: list[tuple[str, Callable[[Path, Context], Any], Kept | Skipped | Refused]]
     ("truncated JPEG",            photo(truncated),                       Skipped("cannot decode")),
     ("zero-byte JPEG",            photo(lambda p: p.write_bytes(b"")),   Skipped("zero-byte file")),
     ("missing JPEG",              photo(None),                            Skipped("missing file")),
-    ("non-image named .jpg",      photo(lambda p: p.write_text("hi")),    Skipped("cannot identify")),
+    ("non-image named .jpg",      photo(lambda p: p.write_text("hi")),    Skipped("not an image")),
     ("decompression-bomb JPEG",   photo(bomb),                            Skipped("decompression")),
     ("CMYK JPEG",                 photo(lambda p: _rgb(p, _halves(), "CMYK")),
                                                                 Kept(left_red_right_blue)),
