@@ -136,6 +136,8 @@ def test_the_table_rows():
     assert "513.3" not in lines[1] and lines[2].endswith("513.3"), "rsum once, both ways'"
     assert "chance" in lines[-1] and "33.3%" in lines[-1]
     assert format_retrieval_figures({"test/top1": 0.5}, "test") == []
+    many = {**figures, "test/retrieval_images": 2000.0}  # R@1's chance 0.05%: shown, not 0.1%
+    assert format_retrieval_figures(many, "test")[-1].split()[-3:] == ["0.05%", "0.25%", "0.5%"]
 
 
 def test_the_callback_on_a_tiny_run(tmp_path, monkeypatch, capsys):

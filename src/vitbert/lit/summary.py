@@ -126,8 +126,13 @@ def format_retrieval_figures(figures: dict[str, float], stage: str = "val") -> l
                 for k in RETRIEVAL_KS))
         lines[-1] += f"{figures[f'{prefix}rsum{suffix}']:>10.1f}"  # both directions' six, once
     lines.append(f"  {'chance (k / photos)':<38}" + "".join(
-        f"{100 * min(1.0, k / images):>9.1f}%" for k in RETRIEVAL_KS))
+        f"{_chance(100 * min(1.0, k / images)):>10}" for k in RETRIEVAL_KS))
     return lines
+
+
+def _chance(percent: float) -> str:
+    """A chance level to the digit that shows it: 0.05% at R@1 of 2,000 photos, not 0.1%."""
+    return f"{percent:.1f}%" if percent >= 0.1 else f"{percent:.2g}%"
 
 
 class ValidationSummary(L.Callback):
