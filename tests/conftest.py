@@ -75,6 +75,7 @@ def trained(tmp_path_factory) -> Trained:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)  # anything written to ./ (logs, configs) stays in the tmp folder
         main(["fit", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
+              "--model.itc_weight", "0",  # no contrastive heads: tests/retrieval trains its own
               "--checkpoint.monitor", "null", "--checkpoint.dirpath", str(root / "ckpt"),
               *data_args(root), *TINY_NET, *QUIET])
     ckpt = root / "ckpt" / "last.ckpt"

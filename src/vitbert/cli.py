@@ -108,6 +108,9 @@ def _progress() -> dict:
 # Model settings the data module fills in at instantiation (the tokenizer's): a checkpoint's
 # differ from the parsed placeholder on every resume, and say nothing the user chose.
 LINKED_FROM_DATA = ("vocab_size", "pad_token_id")
+# Model settings the module fills in when they are left unset (0): the checkpoint holds what its
+# run derived (net.itc_dim from itc_weight, vitbert.lit.contrastive), not a choice to report.
+DERIVED_WHEN_UNSET = ("itc_dim",)
 
 
 class VitBertCLI(LightningCLI):
@@ -175,7 +178,7 @@ class VitBertCLI(LightningCLI):
         kept = dict(self.config[subcommand].model.items())
         replaced = [f"model.{key} {asked[key]!r} (the checkpoint's: {kept[key]!r})"
                     for key in sorted(asked) if key in kept and asked[key] != kept[key]
-                    and key.rsplit(".", 1)[-1] not in LINKED_FROM_DATA]
+                    and not _filled_in(key, asked[key])]
         if subcommand == "fit" and replaced:
             warnings.warn(f"resuming {path} with the settings it "
                           f"was trained with; ignored: {'; '.join(replaced)}. To train with "
@@ -190,6 +193,12 @@ class VitBertCLI(LightningCLI):
             config["weights_only"] = True
 
     before_fit = before_validate = before_test = before_predict = _load_weights_only
+
+
+def _filled_in(key: str, asked: object) -> bool:
+    """Whether ``model.<key>`` is one the run fills in itself, left as the placeholder."""
+    name = key.rsplit(".", 1)[-1]
+    return name in LINKED_FROM_DATA or (name in DERIVED_WHEN_UNSET and not asked)
 
 
 def main(args: list[str] | None = None) -> VitBertCLI:
