@@ -27,13 +27,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
 
 from vitbert.data.masking import STOP_WORDS
 from vitbert.lit.captioning import images_and_references
+from vitbert.lit.evaluation import SplitEvaluation
 from vitbert.lit.negatives import SwapNegatives
 
 SwapMaker = Callable[[str], list[tuple[str, str]]]  # caption → [(kind, negative caption), …]
@@ -234,7 +234,7 @@ def _win(true: Tensor, negative: Tensor) -> float:
     return 0.5 if bool(true == negative) else float(true > negative)
 
 
-class BindingEvaluation(L.Callback):
+class BindingEvaluation(SplitEvaluation):
     """The swap tests at the end of each validation (a fixed sample of ``num_images`` pictures,
     every caption of each) and test (every picture of the split), logged as
     ``{stage}/binding_{score}[_{kind}]``; ``num_images`` 0 turns them off.
@@ -244,32 +244,22 @@ class BindingEvaluation(L.Callback):
     tests are the same on every process under DDP, and each process runs all of them.
     """
 
+    prefix = "binding_"
+
     def __init__(self, num_images: int = 200, batch_pictures: int = 32) -> None:
-        self.num_images = num_images
+        super().__init__(num_images)
         self.batch_pictures = batch_pictures
         self._swaps: tuple[object, SwapNegatives] | None = None  # (tokenizer, its swaps)
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._evaluate(trainer, pl_module, "val", self.num_images)
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._evaluate(trainer, pl_module, "test", None)
-
-    def _evaluate(self, trainer, pl_module, stage: str, limit: int | None) -> None:
-        datamodule = getattr(trainer, "datamodule", None)
-        tokenizer = pl_module.tokenizer
-        if not self.num_images or datamodule is None or tokenizer is None:
-            return
-        dataset = datamodule.dataset(getattr(datamodule, f"{stage}_split", stage))
+    def figures(self, trainer, pl_module, dataset, limit: int | None) -> dict[str, float]:
+        datamodule = trainer.datamodule
         _, firsts, captions = images_and_references(dataset, limit)
         images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
-        make = swap_maker(datamodule.source, tokenizer,
+        make = swap_maker(datamodule.source, pl_module.tokenizer,
                           lambda: self.training_swaps(datamodule, pl_module), datamodule.max_length)
-        figures = binding_scores(pl_module.net, tokenizer, images, captions, make,
-                                 getattr(pl_module, "itm_head", None), datamodule.max_length,
-                                 self.batch_pictures)
-        pl_module.log_dict({f"{stage}/binding_{name}": value for name, value in figures.items()})
+        return binding_scores(pl_module.net, pl_module.tokenizer, images, captions, make,
+                              getattr(pl_module, "itm_head", None), datamodule.max_length,
+                              self.batch_pictures)
 
     def training_swaps(self, datamodule, pl_module) -> SwapNegatives:
         """The swaps the training captions allow: the module's when it trains with them, else

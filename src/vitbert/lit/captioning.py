@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import lightning as L
 import numpy as np
 import torch
 
 from vitbert.decoding import CaptionTokens, greedy
 from vitbert.lit.caption_metrics import CaptionMetrics
+from vitbert.lit.evaluation import SplitEvaluation
 
 
 def images_and_references(dataset, limit: int | None = None, seed: int = 0):
@@ -42,38 +42,27 @@ def images_and_references(dataset, limit: int | None = None, seed: int = 0):
     return rows, firsts, references
 
 
-class CaptionEvaluation(L.Callback):
-    """Greedy captions scored at the end of each validation and test epoch (see module doc).
+class CaptionEvaluation(SplitEvaluation):
+    """Greedy captions scored at the end of each validation and test epoch (see module doc), for a
+    model that learnt to write them (``generation_probability`` > 0).
 
     Args:
-        num_images: images sampled per validation (the test uses every image of its split).
+        num_images: images sampled per validation (the test uses every image of its split);
+            0 turns it off.
         batch_size: images captioned at once.
     """
 
     def __init__(self, num_images: int = 200, batch_size: int = 100) -> None:
-        self.num_images = num_images
+        super().__init__(num_images)
         self.batch_size = batch_size
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            split = getattr(trainer.datamodule, "val_split", "val")
-            self._evaluate(trainer, pl_module, "val", split, self.num_images)
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        split = getattr(trainer.datamodule, "test_split", "test")
-        self._evaluate(trainer, pl_module, "test", split, None)
-
-    @torch.no_grad()
-    def _evaluate(self, trainer, pl_module, stage: str, split: str, limit: int | None) -> None:
-        datamodule = getattr(trainer, "datamodule", None)
-        if (not pl_module.hparams.get("generation_probability") or datamodule is None
-                or pl_module.tokenizer is None):
-            return
-        source = getattr(datamodule, "source", None)
-        figures = caption_figures(pl_module.net, pl_module.tokenizer, datamodule.dataset(split),
-                                  limit, self.batch_size, trainer.global_rank, trainer.world_size,
-                                  getattr(source, "caption_scores", None))
-        pl_module.log_dict({f"{stage}/{name}": value for name, value in figures.items()})
+    def figures(self, trainer, pl_module, dataset, limit: int | None) -> dict[str, float] | None:
+        if not pl_module.hparams.get("generation_probability"):
+            return None
+        source = getattr(trainer.datamodule, "source", None)
+        return caption_figures(pl_module.net, pl_module.tokenizer, dataset, limit,
+                               self.batch_size, trainer.global_rank, trainer.world_size,
+                               getattr(source, "caption_scores", None))
 
 
 def write_captions(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,

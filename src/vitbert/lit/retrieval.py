@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import lightning as L
 import torch
 from torch import Tensor
 
 from vitbert.lit.captioning import images_and_references
+from vitbert.lit.evaluation import SplitEvaluation
 
 KS = (1, 5, 10)
 DIRECTIONS = ("text_to_image", "image_to_text")
@@ -175,7 +175,7 @@ def split_for_retrieval(dataset, tokenizer, max_length: int, limit: int | None =
     return images, enc["input_ids"], enc["attention_mask"].bool(), caption_image
 
 
-class RetrievalEvaluation(L.Callback):
+class RetrievalEvaluation(SplitEvaluation):
     """Retrieval at the end of each validation (a fixed sample of ``num_images`` photos and all
     their captions) and test (every photo of the split), logged as ``{stage}/retrieval_*``
     (:func:`retrieval_scores`); only for a model with contrastive heads (``net.has_itc``).
@@ -187,25 +187,17 @@ class RetrievalEvaluation(L.Callback):
         batch_size: photos, captions or pairs per forward pass.
     """
 
+    prefix = "retrieval_"
+
     def __init__(self, num_images: int = 500, rerank_k: int = 16, batch_size: int = 256) -> None:
-        self.num_images = num_images
+        super().__init__(num_images)
         self.rerank_k = rerank_k
         self.batch_size = batch_size
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._evaluate(trainer, pl_module, "val", self.num_images)
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._evaluate(trainer, pl_module, "test", None)
-
-    def _evaluate(self, trainer, pl_module, stage: str, limit: int | None) -> None:
-        datamodule = getattr(trainer, "datamodule", None)
-        if (not self.num_images or datamodule is None or pl_module.tokenizer is None
-                or not pl_module.net.has_itc):
-            return
-        dataset = datamodule.dataset(getattr(datamodule, f"{stage}_split", stage))
-        split = split_for_retrieval(dataset, pl_module.tokenizer, datamodule.max_length, limit)
-        scores = retrieval_scores(pl_module.net, *split, getattr(pl_module, "itm_head", None),
-                                  self.rerank_k, batch_size=self.batch_size)
-        pl_module.log_dict({f"{stage}/retrieval_{name}": value for name, value in scores.items()})
+    def figures(self, trainer, pl_module, dataset, limit: int | None) -> dict[str, float] | None:
+        if not pl_module.net.has_itc:
+            return None
+        split = split_for_retrieval(dataset, pl_module.tokenizer, trainer.datamodule.max_length,
+                                    limit)
+        return retrieval_scores(pl_module.net, *split, getattr(pl_module, "itm_head", None),
+                                self.rerank_k, batch_size=self.batch_size)

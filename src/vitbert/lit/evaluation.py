@@ -1,0 +1,50 @@
+"""Figures a callback computes over a split's pictures, beside the per-batch metrics.
+
+Captions (:mod:`vitbert.lit.captioning`), the binding swap tests (:mod:`vitbert.lit.binding`) and
+retrieval (:mod:`vitbert.lit.retrieval`) each need a whole split at once (every caption of a
+picture, every picture against every caption), so they run when an epoch ends rather than per
+batch: at each validation on a fixed sample of ``num_images`` pictures (never during the sanity
+check), at test on every picture. This class owns that schedule; a subclass owns its figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+
+
+class SplitEvaluation(L.Callback):
+    """Log ``{stage}/{prefix}{name}`` for each figure :meth:`figures` returns, at the end of each
+    validation (``num_images`` pictures) and test (all of them); ``num_images`` 0 turns it off."""
+
+    prefix = ""
+
+    def __init__(self, num_images: int) -> None:
+        self.num_images = num_images
+
+    def figures(self, trainer: L.Trainer, pl_module: L.LightningModule, dataset: Any,
+                limit: int | None) -> dict[str, float] | None:
+        """The figures over ``dataset``'s first ``limit`` pictures (None: all), or None when this
+        model has nothing to measure here."""
+        raise NotImplementedError
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._log(trainer, pl_module, "val", self.num_images)
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._log(trainer, pl_module, "test", None)
+
+    @torch.no_grad()
+    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str,
+             limit: int | None) -> None:
+        datamodule = getattr(trainer, "datamodule", None)
+        if not self.num_images or datamodule is None or pl_module.tokenizer is None:
+            return
+        dataset = datamodule.dataset(getattr(datamodule, f"{stage}_split", stage))
+        figures = self.figures(trainer, pl_module, dataset, limit)
+        if figures:
+            pl_module.log_dict({f"{stage}/{self.prefix}{name}": value
+                                for name, value in figures.items()})
