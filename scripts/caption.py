@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from vitbert.script_args import add_runtime_arguments, fail
+
 METHODS = ("greedy", "beam", "mask-predict")  # vitbert.captioner.METHODS, without importing torch
 EPILOG = """\
 --json prints a list with one object per photo, in the order given:
@@ -50,9 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--length-penalty", type=float, default=1.0,
                         help="scores are divided by length ** this (default 1.0)")
     parser.add_argument("--json", action="store_true", help="print JSON (see below)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads for torch (default 1, as scripts/predict.py)")
+    add_runtime_arguments(parser, "CPU threads for torch (default 1, as scripts/predict.py)")
     parser.add_argument("--timing", action="store_true",
                         help="print the load and caption times to stderr")
     return parser
@@ -60,11 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:

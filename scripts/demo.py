@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from vitbert.script_args import add_runtime_arguments, fail
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
@@ -37,20 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help='the folder "Find the photo" searches (default: the example '
                              "pictures); its embeddings are kept in "
                              "DIR/.vitbert-index-<model>.safetensors for the next start")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads for torch (default 1: one query of a small model is "
-                             "too little work to share; see scripts/predict.py --help)")
+    add_runtime_arguments(parser)
     return parser
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return build_parser().parse_args(argv)
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def main(argv: list[str] | None = None) -> int:

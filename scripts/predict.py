@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from vitbert.script_args import add_runtime_arguments, fail
+
 EPILOG = """\
 latency, measured with the default model (configs/default.yaml: 128 wide, 2+2 layers, 64 image
 tokens) on this project's 2-core CPU while other jobs kept it busy (load average 5-6): loading
@@ -55,11 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "image tokens (mean over heads)")
     parser.add_argument("--layer", type=int, default=-1,
                         help="text-encoder layer for --attention (default -1, the last)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads for torch (default 1: one query of a small model is "
-                             "too little work to share, and on a busy CPU threads that wait for "
-                             "each other cost 10-40x; raise it for the flickr30k models)")
+    add_runtime_arguments(parser, "CPU threads for torch (default 1: one query of a small model "
+                          "is too little work to share, and on a busy CPU threads that wait for "
+                          "each other cost 10-40x; raise it for the flickr30k models)")
     parser.add_argument("--timing", action="store_true",
                         help="print the load and query times to stderr")
     return parser
@@ -87,11 +87,6 @@ def format_table(result: dict, top_k: int) -> str:
         lines.append("")
     lines.append(f"* brought in by the photo: in its top-{top_k}, not in the text-only top-{top_k}")
     return "\n".join(lines)
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from vitbert.script_args import add_runtime_arguments, fail
+
 EPILOG = """\
 --captions FILE holds one sentence a line (blank lines are left out).
 
@@ -52,13 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "scores again, when the model has one (default 16; 0: never)")
     parser.add_argument("--json", action="store_true",
                         help="print the result as one JSON object (schema: docs/retrieval.md)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if any)")
+    add_runtime_arguments(parser, threads_help=None)
     return parser
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
 
 
 def check(args: argparse.Namespace) -> str | None:

@@ -110,6 +110,11 @@ def loader_throughput(dataset: Dataset, batch_size: int = 64, num_workers: int =
     """Samples per second a shuffled DataLoader delivers, after one warm-up batch."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
                         collate_fn=collate_fn or _stack, persistent_workers=False)
+    return _samples_per_s(loader, max_batches)
+
+
+def _samples_per_s(loader, max_batches: int) -> float:
+    """Pictures per second over ``max_batches`` batches, after one warm-up batch."""
     it = iter(loader)
     next(it)  # worker start-up is not throughput
     n, t0 = 0, time.perf_counter()
@@ -161,14 +166,7 @@ def streamed_throughput(shards: Path, image_size: int, batch_size: int, num_work
 
     options = LoaderOptions(batch_size=batch_size, num_workers=num_workers, pin_memory=False,
                             image_size=image_size, collate_fn=_stack)
-    it = iter(StreamingSource(shards=str(shards)).train_loader(options))
-    next(it)  # worker start-up is not throughput
-    n, t0 = 0, time.perf_counter()
-    for i, batch in enumerate(it):
-        n += len(batch["images"])
-        if i + 1 >= max_batches:
-            break
-    return n / max(time.perf_counter() - t0, 1e-9)
+    return _samples_per_s(StreamingSource(shards=str(shards)).train_loader(options), max_batches)
 
 
 def compare_storage(n: int = 4000, image_size: int = 224, reads: int = 2000,
