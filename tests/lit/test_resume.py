@@ -11,18 +11,16 @@ Bit-exact on CPU in fp32 with one thread: the comparisons are ``torch.equal`` an
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from tiny_run import TINY_MODEL, tiny_shapes
+from tiny_run import TINY_MODEL, start_paused, tiny_shapes
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_STEP, SAVE_EVERY, STEPS = 22, 4, 32
@@ -57,20 +55,7 @@ def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def _start_paused(command: list[str], run: Path) -> subprocess.Popen:
     """Start a run that holds at PAUSE_STEP; return once it is there."""
-    marker = run / "paused"
-    pause = {"class_path": "pause.PauseAt",
-             "init_args": {"step": PAUSE_STEP, "marker": str(marker)}}
-    run.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen([*command, f"--trainer.callbacks+={json.dumps(pause)}"], cwd=run,
-                               env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
-    deadline = time.monotonic() + 180
-    while not marker.exists():
-        if process.poll() is not None:
-            pytest.fail(f"the run ended before step {PAUSE_STEP}:\n{process.stderr.read()[-3000:]}")
-        assert time.monotonic() < deadline, "the run never reached the pause"
-        time.sleep(0.1)
-    return process
+    return start_paused(command, run, _env(), PAUSE_STEP)
 
 
 def _outcome(run: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_run import TINY_MODEL
+from tiny_run import TINY_MODEL, start_paused
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
 from shard_photos import karpathy_copy  # tests/data/shard_photos.py, on the path above
@@ -91,19 +91,9 @@ def test_ranks_train_on_disjoint_equal_shares_in_a_new_order_each_epoch(uninterr
 
 def test_sigkill_mid_epoch_then_resume_replays_the_same_photos(uninterrupted, tmp_path):
     shards, reference = uninterrupted
-    marker = tmp_path / "paused"
-    pause = {"class_path": "pause.PauseAt", "init_args": {"step": PAUSE_STEP,
-                                                         "marker": str(marker)}}
+    # Its own session: the kill reaches the launcher and the rank it started.
     command = _command(shards, tmp_path)
-    process = subprocess.Popen([*command, f"--trainer.callbacks+={json.dumps(pause)}"],
-                               cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while not marker.exists():
-        if process.poll() is not None:
-            pytest.fail(f"the run ended before step {PAUSE_STEP}:\n{process.stderr.read()[-3000:]}")
-        assert time.monotonic() < deadline, "the run never reached the pause"
-        time.sleep(0.1)
+    process = start_paused(command, tmp_path, _env(), PAUSE_STEP, start_new_session=True)
     time.sleep(0.5)  # both ranks at the pause
     os.killpg(process.pid, signal.SIGKILL)  # the launcher and the rank it started
     process.wait(timeout=30)
