@@ -20,8 +20,12 @@ STAMP_TRAIN := $(VENV)/.installed-$(KEY)-train
 TRAIN_STAMP := $(if $(wildcard $(STAMP_FULL)),$(STAMP_FULL),$(STAMP_TRAIN))
 TRAIN_ARGS ?=
 TEST_ARGS ?=
+# `make tower`: the image tower pretrained on generated fractals (vitbert.pretraining), written
+# where the config's model.export_to says; built once, again only when the config changes.
+TOWER_CONFIG ?= configs/tower/fractal_small.yaml
+TOWER_WEIGHTS := $(shell sed -n 's/^ *export_to: *//p' $(TOWER_CONFIG))
 
-.PHONY: install install-train train test lint clean
+.PHONY: install install-train train tower test lint clean
 
 install: $(STAMP_FULL)
 
@@ -38,6 +42,11 @@ $(STAMP_FULL) $(STAMP_TRAIN):
 
 train: install-train
 	$(BIN)/python scripts/train.py fit $(TRAIN_ARGS)
+
+tower: $(TOWER_WEIGHTS)
+
+$(TOWER_WEIGHTS): $(TOWER_CONFIG) | install-train
+	$(BIN)/python scripts/pretrain_tower.py fit --config $(TOWER_CONFIG)
 
 test: install
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \

@@ -14,15 +14,16 @@ import contextlib
 import logging
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import LightningCLI
 
-from vitbert.cli_errors import check_ckpt_path, explain
+from vitbert.cli_errors import check_ckpt_path, check_image_weights, explain
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.io.files import load_tensors_file
 from vitbert.lit.binding import BindingEvaluation
@@ -44,19 +45,20 @@ CONFIG_FLAGS = ("--config", "-c")
 # Every run gets a folder of its own, runs/version_N/: logs, config, checkpoints, predictions
 # (vitbert.lit.checkpoints; runs/latest links to the newest run with a checkpoint).
 RUNS_DIR = "runs"
+T = TypeVar("T")
 
 
-def _loggers() -> list[dict]:
+def loggers(runs_dir: str = RUNS_DIR) -> list[dict]:
     """CSV logs always; TensorBoard as well when it is installed; both in the run's folder."""
-    loggers = [{"class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": RUNS_DIR, "name": ""}}]
+    chosen = [{"class_path": "lightning.pytorch.loggers.CSVLogger",
+               "init_args": {"save_dir": runs_dir, "name": ""}}]
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        return loggers
-    loggers.append({"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                    "init_args": {"save_dir": RUNS_DIR, "name": ""}})
-    return loggers
+        return chosen
+    chosen.append({"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                   "init_args": {"save_dir": runs_dir, "name": ""}})
+    return chosen
 
 
 # Messages from the libraries that a user of this project cannot act on: printed by every run,
@@ -98,7 +100,7 @@ def quiet_library_chatter(evaluating: bool = False) -> Iterator[None]:
                 logger.removeFilter(drop)
 
 
-def _progress() -> dict:
+def progress_settings() -> dict:
     """The bar in a terminal; in a log file (stdout redirected) a plain line every 20 s."""
     if sys.stdout.isatty():
         return {"enable_progress_bar": True, "callbacks": []}
@@ -113,14 +115,9 @@ LINKED_FROM_DATA = ("vocab_size", "pad_token_id")
 DERIVED_WHEN_UNSET = ("itc_dim",)
 
 
-class VitBertCLI(LightningCLI):
-    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
-        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        if subcommand in ("validate", "test"):
-            # ValidationSummary prints the figures as a table of conditions × metrics instead
-            # of Lightning's one row per metric, sorted by name (--verbose true shows both).
-            parser.set_defaults(verbose=False)
-        return parser
+class ProjectCLI(LightningCLI):
+    """What every command line of the project shares: Lightning's model summary as one line, and
+    ``--ckpt_path`` read with ``torch.load(weights_only=True)``."""
 
     def instantiate_trainer(self, **kwargs):
         trainer = super().instantiate_trainer(**kwargs)
@@ -128,6 +125,25 @@ class VitBertCLI(LightningCLI):
         trainer.callbacks = [ParameterCount() if isinstance(cb, ModelSummary) else cb
                              for cb in trainer.callbacks]
         return trainer
+
+    def _load_weights_only(self) -> None:
+        """``--ckpt_path`` is read with ``torch.load(weights_only=True)``: a checkpoint whose
+        pickle would run code is refused, whatever torch's default (False before 2.6)."""
+        config = self.config_init[self.subcommand]
+        if config.get("weights_only") is None:
+            config["weights_only"] = True
+
+    before_fit = before_validate = before_test = before_predict = _load_weights_only
+
+
+class VitBertCLI(ProjectCLI):
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):
+            # ValidationSummary prints the figures as a table of conditions × metrics instead
+            # of Lightning's one row per metric, sorted by name (--verbose true shows both).
+            parser.set_defaults(verbose=False)
+        return parser
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -185,14 +201,10 @@ class VitBertCLI(LightningCLI):
                           f"other settings from its weights, start a new run with "
                           f"--model.init_from instead of --ckpt_path", stacklevel=2)
 
-    def _load_weights_only(self) -> None:
-        """``--ckpt_path`` is read with ``torch.load(weights_only=True)``: a checkpoint whose
-        pickle would run code is refused, whatever torch's default (False before 2.6)."""
-        config = self.config_init[self.subcommand]
-        if config.get("weights_only") is None:
-            config["weights_only"] = True
-
-    before_fit = before_validate = before_test = before_predict = _load_weights_only
+    def before_fit(self) -> None:
+        self._load_weights_only()
+        if not self.config_init["fit"].get("ckpt_path") and not self.model.hparams.init_from:
+            check_image_weights(self.model.net.config.image.pretrained)  # a fresh run loads it
 
 
 def _filled_in(key: str, asked: object) -> bool:
@@ -204,16 +216,29 @@ def _filled_in(key: str, asked: object) -> bool:
 def main(args: list[str] | None = None) -> VitBertCLI:
     """Run the CLI; a mistake the user can fix exits 2 with one line (``--debug``: traceback)."""
     args = list(sys.argv[1:] if args is None else args)
-    debug = "--debug" in args
-    args = [a for a in args if a != "--debug"]
     subcommands = {"fit", "validate", "test", "predict"}
     if args and args[0] in subcommands and not any(a.split("=")[0] in CONFIG_FLAGS for a in args):
         # No config given: the embedded default, which runs anywhere in minutes.
         args[1:1] = ["--config", str(DEFAULT_CONFIG)]
+
+    def run(args: list[str]) -> VitBertCLI:
+        check_ckpt_path(args)
+        return _cli(args)
+
+    evaluating = bool(args) and args[0] in subcommands - {"fit"}
+    return run_with_one_line_errors(run, args, evaluating)
+
+
+def run_with_one_line_errors(run: Callable[[list[str]], T], args: list[str],
+                             evaluating: bool = False) -> T:
+    """``run(args)`` with the library chatter hidden; a mistake the user can fix
+    (:func:`vitbert.cli_errors.explain`) exits 2 with one line on stderr, a bug keeps its
+    traceback, and ``--debug`` in ``args`` keeps it for every error."""
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
     try:
-        with quiet_library_chatter(evaluating=bool(args) and args[0] in subcommands - {"fit"}):
-            check_ckpt_path(args)
-            return _cli(args)
+        with quiet_library_chatter(evaluating):
+            return run(args)
     except Exception as error:
         message = explain(error, args)
         if message is None or debug:
@@ -267,7 +292,7 @@ def _cli(args: list[str], cli_class: type[VitBertCLI] = VitBertCLI) -> VitBertCL
     # The config dataclasses document each field in a docstring under it; --help (and
     # --print_config=comments) show them. Reading them takes seconds, so only then.
     set_parsing_settings(docstring_parse_attribute_docstrings=shows_help(args))
-    progress = _progress()
+    progress = progress_settings()
     embedded = _embedded_defaults()
     return cli_class(
         MaskedLMModule,
@@ -276,7 +301,7 @@ def _cli(args: list[str], cli_class: type[VitBertCLI] = VitBertCLI) -> VitBertCL
         seed_everything_default=embedded["seed_everything"],
         trainer_defaults={
             **embedded["trainer"],
-            "logger": _loggers(),
+            "logger": loggers(),
             "enable_progress_bar": progress["enable_progress_bar"],
             "callbacks": [ValidationSummary(), LearningRateMonitor(logging_interval="step"),
                           ResumeState(),  # RNG states in checkpoints; SIGTERM → last.ckpt

@@ -19,6 +19,7 @@ under ``"state_dict"`` or ``"model"``, possibly with ``module.`` prefixes), or a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -63,6 +64,30 @@ def timm_key(key: str) -> str:
     if key.startswith(("blocks.", "norm.")):
         return "encoder." + key
     return key
+
+
+def to_timm_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Our tower's keys under timm's names: the inverse of :func:`timm_key`."""
+    def timm_name(key: str) -> str:
+        if key == "pos_embed.weight":
+            return TIMM_POSITIONS
+        return key.removeprefix("encoder.")
+    return {timm_name(key): value for key, value in state.items()}
+
+
+def save_image_weights(tower: ViT, path: Path) -> int:
+    """Write ``tower``'s weights to a ``.safetensors`` file under timm's names, the file
+    :func:`load_image_weights` (and ``model.net.image.pretrained``) reads; replaced in one step.
+    Returns the number of tensors."""
+    from safetensors.torch import save_file
+
+    state = {key: value.detach().cpu().contiguous()
+             for key, value in to_timm_names(tower.state_dict()).items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    save_file(state, str(staged), metadata={"format": "pt"})
+    os.replace(staged, path)
+    return len(state)
 
 
 def to_our_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
