@@ -24,24 +24,38 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
-def train_cli(args: list[str]):
-    """``scripts/train.py``'s LightningCLI with its real parsers built for ``args``, stopped
-    before it parses, trains or loads anything: ``.parser`` (the main one), ``._parser(sub)``."""
-    from vitbert.cli import VitBertCLI, _cli
+def parsers_only(build, cli_class: type, args: list[str]):
+    """``build(args, cli_class=…)``'s LightningCLI with its real parsers built for ``args``,
+    stopped before it parses, trains or loads anything: ``.parser`` (the main one),
+    ``._parser(sub)``."""
 
     class ParsersBuiltError(Exception):
-        def __init__(self, cli: VitBertCLI) -> None:
+        def __init__(self, cli) -> None:
             self.cli = cli
 
-    class ParsersOnly(VitBertCLI):
+    class ParsersOnly(cli_class):
         def parse_arguments(self, parser, args) -> None:
             raise ParsersBuiltError(self)
 
     try:
-        _cli(args, cli_class=ParsersOnly)
+        build(args, cli_class=ParsersOnly)
     except ParsersBuiltError as built:
         return built.cli
     raise AssertionError("the CLI ran instead of stopping at its parsers")
+
+
+def train_cli(args: list[str]):
+    """``scripts/train.py``'s command line, parsers built and nothing run (:func:`parsers_only`)."""
+    from vitbert.cli import VitBertCLI, _cli
+
+    return parsers_only(_cli, VitBertCLI, args)
+
+
+def tower_cli(args: list[str]):
+    """``scripts/pretrain_tower.py``'s command line, parsers built and nothing run."""
+    from vitbert.pretraining.cli import TowerCLI, build
+
+    return parsers_only(build, TowerCLI, args)
 
 
 # Photos as people have them, made with PIL in the tests that read photos (the demo's and the

@@ -33,16 +33,17 @@ class TowerCLI(ProjectCLI):
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
 
 
+def build(args: list[str], cli_class: type[TowerCLI] = TowerCLI) -> TowerCLI:
+    """The command line for ``args``, run (LightningCLI runs the subcommand on construction)."""
+    progress = progress_settings()
+    return cli_class(
+        TowerPretraining, FractalDataModule,
+        trainer_defaults={"logger": loggers(RUNS_DIR), "callbacks": progress["callbacks"],
+                          "enable_progress_bar": progress["enable_progress_bar"]},
+        save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
+        parser_kwargs={"description": __doc__.split("\n\n")[0]}, args=args)
+
+
 def main(args: list[str] | None = None) -> TowerCLI:
     """Run the CLI; a mistake the user can fix exits 2 with one line."""
-    progress = progress_settings()
-
-    def run(args: list[str]) -> TowerCLI:
-        return TowerCLI(
-            TowerPretraining, FractalDataModule,
-            trainer_defaults={"logger": loggers(RUNS_DIR), "callbacks": progress["callbacks"],
-                              "enable_progress_bar": progress["enable_progress_bar"]},
-            save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
-            parser_kwargs={"description": __doc__.split("\n\n")[0]}, args=args)
-
-    return run_with_one_line_errors(run, list(sys.argv[1:] if args is None else args))
+    return run_with_one_line_errors(build, list(sys.argv[1:] if args is None else args))
