@@ -40,7 +40,7 @@ KINDS = {
 ])
 def test_each_tower_config_is_its_caption_configs_tower(tower_config, caption_config):
     """A tower config must describe exactly the tower its caption config builds, or the weights
-    it writes would not load there (and the caption config must name them)."""
+    it writes would not load there."""
     tower_file = yaml.safe_load((REPO / "configs" / tower_config).read_text())["model"]
     recipe = dict(yaml.safe_load((REPO / "configs" / caption_config).read_text())
                   ["model"]["net"]["image"])
