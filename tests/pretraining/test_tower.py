@@ -24,7 +24,7 @@ FLICKR_SMALL = REPO / "configs" / "flickr_small.yaml"
 TINY_SET = ["--data.num_classes", "4", "--data.train_instances", "2", "--data.val_instances", "1",
             "--data.batch_size", "4", "--data.num_workers", "0", "--data.prepare_workers", "0",
             "--trainer.max_steps", "3", "--trainer.enable_progress_bar", "false",
-            "--trainer.enable_model_summary", "false"]
+            "--trainer.enable_model_summary", "false", "--trainer.log_every_n_steps", "1"]
 # The small recipe's tower and its two other front ends at the same size (docs/real-photos.md).
 KINDS = {
     "conv_stem": [],
@@ -58,6 +58,7 @@ def test_a_pretrained_tower_loads_into_a_caption_model(kind, tmp_path, monkeypat
     assert (tmp_path / "runs/tower/latest/checkpoints/last.ckpt").is_file()
     saved = load_file(tmp_path / "weights/tower.safetensors")
     assert not any(key.startswith("head.") for key in saved)  # the classifier stays behind
+    assert (tmp_path / "weights/tower.safetensors").stat().st_mode & 0o777 == 0o644  # to share
 
     net = VitBert(VitBertConfig(image=ImageTowerConfig(**{
         **cli.model.hparams.image, "pretrained": "weights/tower.safetensors"})))

@@ -19,14 +19,14 @@ under ``"state_dict"`` or ``"model"``, possibly with ``module.`` prefixes), or a
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from vitbert.io.files import StoredModel, load_tensors_file
+from vitbert.data.files import atomic_write
+from vitbert.io.files import _SHARED_FILE_MODE, StoredModel, load_tensors_file
 from vitbert.io.transfer import TransferReport, transfer_weights
 from vitbert.models.vit import ViT
 
@@ -77,16 +77,13 @@ def to_timm_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 def save_image_weights(tower: ViT, path: Path) -> int:
     """Write ``tower``'s weights to a ``.safetensors`` file under timm's names, the file
-    :func:`load_image_weights` (and ``model.net.image.pretrained``) reads; replaced in one step.
-    Returns the number of tensors."""
-    from safetensors.torch import save_file
+    :func:`load_image_weights` (and ``model.net.image.pretrained``) reads; replaced in one step,
+    readable by all like an exported model. Returns the number of tensors."""
+    from safetensors.torch import save
 
     state = {key: value.detach().cpu().contiguous()
              for key, value in to_timm_names(tower.state_dict()).items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.{os.getpid()}")
-    save_file(state, str(staged), metadata={"format": "pt"})
-    os.replace(staged, path)
+    atomic_write(path, save(state, metadata={"format": "pt"}), permissions=_SHARED_FILE_MODE)
     return len(state)
 
 
