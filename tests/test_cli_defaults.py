@@ -122,4 +122,4 @@ def test_the_photo_configs_parse_and_take_the_neutral_defaults(name):
     parsed = parse(DEFAULT_CONFIG.parent / f"{name}.yaml")
     assert lookup(parsed, "model.net.image.attention_radius") is None
     assert "attention_radius" not in (DEFAULT_CONFIG.parent / f"{name}.yaml").read_text()
-    assert lookup(parsed, "model.word_detection_weight") == 10.0
+    assert lookup(parsed, "model.word_detection_weight") == 3.0
