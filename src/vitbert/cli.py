@@ -116,8 +116,26 @@ DERIVED_WHEN_UNSET = ("itc_dim",)
 
 
 class ProjectCLI(LightningCLI):
-    """What every command line of the project shares: Lightning's model summary as one line, and
-    ``--ckpt_path`` read with ``torch.load(weights_only=True)``."""
+    """What every command line of the project shares: the best checkpoint by
+    :attr:`checkpoint_monitor` and ``last.ckpt`` in the run's folder, Lightning's model summary as
+    one line, and ``--ckpt_path`` read with ``torch.load(weights_only=True)``."""
+
+    checkpoint_monitor = "val/top5"  # the validation figure that picks the best checkpoint
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                # dirpath unset: the run's own folder, runs/version_N/checkpoints/.
+                "checkpoint.filename": "best-step{step}",
+                "checkpoint.monitor": self.checkpoint_monitor,
+                "checkpoint.mode": "max",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+        # last.ckpt, always current (see LastCheckpoint for why not save_last=True).
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
+        parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")
 
     def instantiate_trainer(self, **kwargs):
         trainer = super().instantiate_trainer(**kwargs)
@@ -146,19 +164,7 @@ class VitBertCLI(ProjectCLI):
         return parser
 
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults(
-            {
-                # dirpath unset: the run's own folder, runs/version_N/checkpoints/.
-                "checkpoint.filename": "best-step{step}",
-                "checkpoint.monitor": "val/top5",
-                "checkpoint.mode": "max",
-                "checkpoint.auto_insert_metric_name": False,
-            }
-        )
-        # last.ckpt, always current (see LastCheckpoint for why not save_last=True).
-        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
-        parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")
+        super().add_arguments_to_parser(parser)
         # `predict` streams its results to --prediction_writer.output (JSON Lines, atomically).
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         # BLEU-4 / CIDEr-D of generated captions at validation and test (generation runs only).

@@ -206,7 +206,7 @@ def word_detection_loss(head: nn.Module, batch: Batch) -> Tensor:
     tokens, a weak signal at the start, when that attention is not yet on the right object. A
     colour is in the pixels already and is read by attention alone; a shape must be built by the
     tower's convs and blocks, and the MLM signal alone does not build it in the embedded default's
-    minutes (a linear probe finds no shape in the tower's tokens after 939 steps; see README).
+    minutes (a linear probe finds no shape in the tower's tokens after 939 steps; docs/captions.md).
     This loss tells the tower directly which words a photo's captions use. It reads the batch's
     tower output (:func:`with_tower_output`, no extra tower pass); a photo's five captions pool
     their words. Function words, in every caption, are left out (``content_mask``).

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from lightning.pytorch.callbacks import ModelCheckpoint
-
 from vitbert.cli import ProjectCLI, loggers, progress_settings, run_with_one_line_errors
-from vitbert.lit.checkpoints import LastCheckpoint
 from vitbert.pretraining.datamodule import FractalDataModule
 from vitbert.pretraining.module import TowerPretraining
 
@@ -21,13 +18,10 @@ RUNS_DIR = "runs/tower"  # beside the caption runs, never runs/latest: that is a
 
 
 class TowerCLI(ProjectCLI):
+    checkpoint_monitor = "val/top1"  # held-out fractal instances
+
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.filename": "best-step{step}",
-                             "checkpoint.monitor": "val/top1", "checkpoint.mode": "max",
-                             "checkpoint.auto_insert_metric_name": False})
-        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
-        parser.link_arguments("checkpoint.dirpath", "last_checkpoint.dirpath")
+        super().add_arguments_to_parser(parser)
         parser.link_arguments("model.image.image_size", "data.image_size")
         # The data module is built first and gives the classifier its width.
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")

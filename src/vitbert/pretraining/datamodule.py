@@ -30,6 +30,7 @@ from torchvision.transforms import v2
 from tqdm.auto import tqdm
 
 from vitbert.data.cache import DataError
+from vitbert.data.files import atomic_open
 from vitbert.pretraining.fractals import IFS, find_class, render
 
 
@@ -41,44 +42,50 @@ def render_class(class_index: int, seed: int, image_size: int, instances: int, m
                      for instance in range(instances)])
 
 
-class RenderedFractals(Dataset):
-    """Instances ``first … first + instances − 1`` of each of ``classes``, rendered when read:
-    ((3, S, S) uint8, class) pairs, class-major, with an optional augmentation."""
+class FractalImages(Dataset):
+    """``instances`` renderings of each of ``num_classes`` classes as ((3, S, S) uint8, class)
+    pairs, class-major, with an optional augmentation on the uint8 tensor; a subclass says where
+    the pixels of (class, instance) come from."""
 
-    def __init__(self, classes: list[IFS], image_size: int, seed: int, first: int, instances: int,
+    def __init__(self, num_classes: int, instances: int,
                  transform: v2.Transform | None = None) -> None:
-        self.classes, self.image_size, self.seed = classes, image_size, seed
-        self.first, self.instances, self.transform = first, instances, transform
+        self.num_classes, self.instances, self.transform = num_classes, instances, transform
+
+    def pixels(self, label: int, instance: int) -> np.ndarray:
+        """(S, S, 3) uint8, writable."""
+        raise NotImplementedError
 
     def __len__(self) -> int:
-        return len(self.classes) * self.instances
+        return self.num_classes * self.instances
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         label, instance = divmod(index, self.instances)
-        pixels = render(self.classes[label], self.image_size,
-                        (self.seed, label, self.first + instance))
-        image = torch.from_numpy(pixels).permute(2, 0, 1)  # (3, S, S)
+        image = torch.from_numpy(self.pixels(label, instance)).permute(2, 0, 1)  # (3, S, S)
         return (self.transform(image) if self.transform else image), label
 
 
-class FractalImages(Dataset):
-    """``images`` (C, I, S, S, 3) uint8 → ((3, S, S) uint8, class) pairs, class-major, with an
-    optional augmentation on the uint8 tensor."""
+class CachedFractals(FractalImages):
+    """The rendered set ``images`` (C, I, S, S, 3), read from its (memory-mapped) file."""
 
     def __init__(self, images: np.ndarray, transform: v2.Transform | None = None) -> None:
+        super().__init__(images.shape[0], images.shape[1], transform)
         self.images = images
-        self.transform = transform
 
-    def __len__(self) -> int:
-        return self.images.shape[0] * self.images.shape[1]
+    def pixels(self, label: int, instance: int) -> np.ndarray:
+        return np.array(self.images[label, instance])  # a copy: the mapped file is read-only
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        label, instance = divmod(index, self.images.shape[1])
-        image = torch.from_numpy(np.array(self.images[label, instance]))  # a copy: the set is
-        image = image.permute(2, 0, 1)  # (3, S, S)                        read-only, memory-mapped
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, label
+
+class RenderedFractals(FractalImages):
+    """Instances ``first … first + instances − 1`` of each of ``classes``, rendered when read."""
+
+    def __init__(self, classes: list[IFS], image_size: int, seed: int, first: int, instances: int,
+                 transform: v2.Transform | None = None) -> None:
+        super().__init__(len(classes), instances, transform)
+        self.classes, self.image_size, self.seed, self.first = classes, image_size, seed, first
+
+    def pixels(self, label: int, instance: int) -> np.ndarray:
+        return render(self.classes[label], self.image_size,
+                      (self.seed, label, self.first + instance))
 
 
 class FractalDataModule(L.LightningDataModule):
@@ -147,14 +154,13 @@ class FractalDataModule(L.LightningDataModule):
                 made = list(bar(pool.imap(job, range(hp.num_classes), chunksize=8)))
         else:
             made = [job(k) for k in bar(range(hp.num_classes))]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        staged = self.path.with_name(f".{os.getpid()}.{self.path.name}")
-        if hp.cache:
-            np.save(staged, np.stack(made))
-        else:  # one (maps, probabilities) pair per class
-            np.savez(staged, **{f"{k}_{part}": getattr(ifs, part) for k, ifs in enumerate(made)
-                                for part in ("maps", "probabilities")})
-        os.replace(staged, self.path)  # a reader never finds half a file
+        with atomic_open(self.path, "wb") as file:  # a reader never finds half a file
+            if hp.cache:
+                np.save(file, np.stack(made))
+            else:  # one (maps, probabilities) pair per class
+                np.savez(file, **{f"{k}_{part}": getattr(ifs, part)
+                                  for k, ifs in enumerate(made)
+                                  for part in ("maps", "probabilities")})
         rank_zero_info(f"fractals: {self.path} ({hp.num_classes} classes, "
                        f"{os.path.getsize(self.path) / 2**20:.0f} MiB)")
 
@@ -174,8 +180,8 @@ class FractalDataModule(L.LightningDataModule):
             self.val_set = render_set(hp.train_instances, hp.val_instances)
             return
         images = np.load(self.path, mmap_mode="r")
-        self.train_set = FractalImages(images[:, :hp.train_instances], crop)
-        self.val_set = FractalImages(images[:, hp.train_instances:])
+        self.train_set = CachedFractals(images[:, :hp.train_instances], crop)
+        self.val_set = CachedFractals(images[:, hp.train_instances:])
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
         return DataLoader(dataset, batch_size=self.hparams.batch_size, shuffle=shuffle,
