@@ -46,5 +46,7 @@ class SplitEvaluation(L.Callback):
         dataset = datamodule.dataset(getattr(datamodule, f"{stage}_split", stage))
         figures = self.figures(trainer, pl_module, dataset, limit)
         if figures:
+            # Every process holds the same figures (each reads the whole sample, or gathers
+            # what the others wrote): averaging them changes nothing and tells Lightning so.
             pl_module.log_dict({f"{stage}/{self.prefix}{name}": value
-                                for name, value in figures.items()})
+                                for name, value in figures.items()}, sync_dist=True)

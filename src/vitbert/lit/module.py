@@ -122,16 +122,19 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         self.val_metrics.update_readings(read(self, batch), batch["labels"], batch["content_mask"])
         if self.itm_head is not None:
             _, accuracy = itm_loss(self.net, self.itm_head, batch)  # matched or not, per pair
-            self.log("val/itm_accuracy", accuracy, batch_size=len(batch["input_ids"]))
+            self.log("val/itm_accuracy", accuracy, batch_size=len(batch["input_ids"]),
+                     sync_dist=True)  # each process's mean over its batches, then over processes
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self.test_metrics.update_readings(read(self, batch), batch["labels"], batch["content_mask"])
 
     def on_validation_epoch_end(self) -> None:
-        self.log_dict(self.val_metrics.logged("val"))  # compute() synchronises across ranks
+        # compute() has synchronised the figures already: every process holds the same, and
+        # averaging them again changes nothing (and tells Lightning so).
+        self.log_dict(self.val_metrics.logged("val"), sync_dist=True)
 
     def on_test_epoch_end(self) -> None:
-        self.log_dict(self.test_metrics.logged("test"))
+        self.log_dict(self.test_metrics.logged("test"), sync_dist=True)
 
     def predict_step(self, batch: Batch, batch_idx: int = 0) -> list[dict[str, Any]]:
         """Per caption, the top-5 guesses at every target in each condition (vitbert.decoding)."""
