@@ -51,10 +51,12 @@ rounds; on a shared machine read them with the load averages recorded under "mac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -474,10 +476,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     _, why = choose_threads(args.threads)
     results: dict[str, Any] = {"machine": {**machine(), "threads_reason": why}}
-    for name in args.sections:
-        t = time.perf_counter()
-        results[name] = SECTIONS[name][1](args, results)
-        results[name]["section_s"] = round(time.perf_counter() - t, 1)
+    # With --json, stdout is the one JSON object: what the sections print (the data split's
+    # summary, a note) goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        for name in args.sections:
+            t = time.perf_counter()
+            results[name] = SECTIONS[name][1](args, results)
+            results[name]["section_s"] = round(time.perf_counter() - t, 1)
     results["machine"]["load_avg_at_end"] = machine()["load_avg_1_5_15"]
     results["total_s"] = round(time.perf_counter() - t0, 1)
     if args.json:

@@ -182,7 +182,7 @@ data:
             load_script("bench").main(argv)
     finally:
         torch.set_num_threads(threads)
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out = json.loads(capsys.readouterr().out)  # stdout is the one JSON object, nothing else
     default = out["train"]["default"]
     for key in ("ours_samples_per_s", "reference_samples_per_s", "ratio", "ours_gflop_per_step"):
         assert default[key] > 0
