@@ -217,6 +217,19 @@ def _read_exported(folder: Path) -> StoredModel:
     return StoredModel(config, state_dict, tokenizer_json, str(folder), heads)
 
 
+def safetensors_bytes(state: dict[str, Tensor]) -> bytes:
+    """``state`` as a ``.safetensors`` file's bytes, marked as PyTorch's (``format: pt``)."""
+    from safetensors.torch import save
+
+    return save(state, metadata={"format": "pt"})
+
+
+def write_shared(path: str | Path, data: str | bytes) -> Path:
+    """``data`` to ``path``, replaced in one step and readable by all: how every file meant for
+    others is written (an exported model's, a pretrained tower's)."""
+    return atomic_write(path, data, permissions=_SHARED_FILE_MODE)
+
+
 def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | None = None,
                    heads: dict[str, Tensor] | None = None) -> Path:
     """``model.safetensors`` + ``config.json`` (+ ``tokenizer.json``), the tied matrix once.
@@ -224,20 +237,18 @@ def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | N
     ``heads`` (named as in a checkpoint, :data:`HEADS`) are stored beside the network's tensors:
     a fine-tune from the folder starts them from what they learnt, as from the checkpoint.
     """
-    from safetensors.torch import save
-
     folder = Path(folder)
     if not folder.is_dir():
         folder.mkdir(parents=True)
         folder.chmod(_SHARED_FOLDER_MODE)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
     state |= {k: v.detach().contiguous() for k, v in (heads or {}).items()}
-    files = {WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
+    files = {WEIGHTS_FILE: safetensors_bytes(state),
              CONFIG_FILE: json.dumps(model.config.to_dict(), indent=2) + "\n"}
     if tokenizer_json is not None:
         files[TOKENIZER_FILE] = tokenizer_json
     for name, data in files.items():
-        atomic_write(folder / name, data, permissions=_SHARED_FILE_MODE)
+        write_shared(folder / name, data)
     return folder
 
 

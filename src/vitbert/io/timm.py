@@ -25,8 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from vitbert.data.files import atomic_write
-from vitbert.io.files import _SHARED_FILE_MODE, StoredModel, load_tensors_file
+from vitbert.io.files import StoredModel, load_tensors_file, safetensors_bytes, write_shared
 from vitbert.io.transfer import TransferReport, transfer_weights
 from vitbert.models.vit import ViT
 
@@ -79,11 +78,9 @@ def save_image_weights(tower: ViT, path: Path) -> int:
     """Write ``tower``'s weights to a ``.safetensors`` file under timm's names, the file
     :func:`load_image_weights` (and ``model.net.image.pretrained``) reads; replaced in one step,
     readable by all like an exported model. Returns the number of tensors."""
-    from safetensors.torch import save
-
     state = {key: value.detach().cpu().contiguous()
              for key, value in to_timm_names(tower.state_dict()).items()}
-    atomic_write(path, save(state, metadata={"format": "pt"}), permissions=_SHARED_FILE_MODE)
+    write_shared(path, safetensors_bytes(state))
     return len(state)
 
 
