@@ -9,14 +9,16 @@ from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertCo
 TOKENS = CaptionTokens(cls=2, sep=3, mask=4, banned=(0, 1, 2, 4))
 
 
-def random_model() -> VitBert:
+def random_model(lookup_heads: int = 0) -> VitBert:
     """A tiny model with large random weights: pieces that depend on the image and on the words
-    written, not a near-uniform guess; a [SEP] bias that ends captions at different lengths."""
+    written, not a near-uniform guess; a [SEP] bias that ends captions at different lengths.
+    With ``lookup_heads`` the neighbour lookup too (its output no longer zero)."""
     image = ImageTowerConfig(kind="vit", image_size=16, patch_size=8, dim=32, depth=1,
                              num_heads=2)
     text = TextTowerConfig(dim=24, depth=2, num_heads=2, max_len=12)
     torch.manual_seed(0)
-    net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30)).eval()
+    net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30,
+                                neighbour_lookup_heads=lookup_heads)).eval()
     with torch.no_grad():
         for param in net.parameters():
             if param.ndim > 1:
@@ -26,9 +28,9 @@ def random_model() -> VitBert:
     return net
 
 
-@pytest.fixture
-def model():
-    return random_model()
+@pytest.fixture(params=[0, 2], ids=["plain", "neighbour_lookup"])
+def model(request):
+    return random_model(request.param)
 
 
 @pytest.fixture

@@ -67,10 +67,12 @@ class _NextWord:
         self.model, self.tokens, self.images = model, tokens, images
         self.cache = KVCache(len(model.text.encoder.blocks)) if use_cache else None
         self.written = 0  # text pieces whose keys and values the cache holds
+        self.image = None  # (R, N, D) the image tokens, kept for the neighbour lookup
         if self.cache is not None and images is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
             image = model.text.embeddings.image(model.encode_image(images))  # (R, N, D)
             model.text.encoder(image, cache=self.cache)  # (R, N, D) kept as keys and values
+            self.image = image if model.lookup is not None else None
         self.num_rows = rows
 
     def select(self, index: Tensor) -> None:
@@ -78,6 +80,8 @@ class _NextWord:
         self.num_rows = len(index)
         if self.cache is not None:
             self.cache.select(index)
+            if self.image is not None:
+                self.image = self.image[index]
         elif self.images is not None:
             self.images = self.images[index]
 
@@ -99,7 +103,10 @@ class _NextWord:
         hidden = self.model.text.encoder(x, AttentionContext(mask), cache=self.cache)  # (R, n, D)
         self.cache.crop(past + n - 1)  # the [MASK] was read only to be predicted
         self.written = t
-        return self.model.mlm_head(hidden[:, -1]).float().log_softmax(dim=-1)  # (R, V)
+        hidden = hidden[:, -1]  # (R, D): the [MASK]'s row
+        if self.image is not None:  # the [MASK]'s left neighbour (the last piece) asks the photo
+            hidden = hidden + self.model.lookup(x, self.image, right_context=False)[:, -1]
+        return self.model.mlm_head(hidden).float().log_softmax(dim=-1)  # (R, V)
 
 
 def _restrict(log_probs: Tensor, tokens: CaptionTokens, step: int) -> Tensor:

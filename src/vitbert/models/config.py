@@ -114,6 +114,11 @@ class VitBertConfig:
     photo and each caption embedded alone, so retrieval scores every pair by a dot product and
     re-ranks a short list with the matching head. 0 = no contrastive heads (a checkpoint written
     before they existed reads as 0); trained by ``--model.itc_weight``."""
+    neighbour_lookup_heads: int = 0
+    """Heads of the neighbour lookup (:mod:`vitbert.models.lookup`): each word's two neighbours
+    ask the image tokens, in one step, and what they read joins the word's final hidden state,
+    so a hidden word can read the object its neighbour names (binding, docs/binding.md). 0 = no
+    lookup (a checkpoint written before it existed reads as 0)."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -121,6 +126,9 @@ class VitBertConfig:
             self.image = ImageTowerConfig(**self.image)
         if isinstance(self.text, dict):
             self.text = TextTowerConfig(**self.text)
+        if self.neighbour_lookup_heads < 0:
+            raise ValueError(f"neighbour_lookup_heads={self.neighbour_lookup_heads}: use 0 (no "
+                             f"lookup) or a number of heads that divides text.dim")
         if self.itc_dim < 0:
             raise ValueError(f"itc_dim={self.itc_dim}: the contrastive space needs a width; use "
                              f"0 (no contrastive heads) or more, e.g. 128")

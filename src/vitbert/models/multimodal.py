@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
 from vitbert.models.contrastive import ContrastiveHeads
+from vitbert.models.lookup import NeighbourLookup
 from vitbert.models.vit import build_image_tower, init_transformer_weights
 from vitbert.nn import AttentionContext, key_padding_mask, seq2seq_mask
 
@@ -72,6 +73,9 @@ class VitBert(nn.Module):
         # do: retrieval uses it, so export, load_model and init_from carry it like any weight.
         self.itc = (ContrastiveHeads(config.image.dim, text.dim, config.itc_dim)
                     if config.itc_dim else None)
+        # Each word's neighbours read the photo in one step (binding; off when 0 heads).
+        self.lookup = (NeighbourLookup(text.dim, config.neighbour_lookup_heads)
+                       if config.neighbour_lookup_heads else None)
         for module in (self.projector, self.text, self.mlm_head):
             init_transformer_weights(module)
         self.tie_weights()
@@ -178,8 +182,9 @@ class VitBert(nn.Module):
         """The encoder's word rows (B, T, D), before any head, and the attention weights when
         asked (else None); arguments as :meth:`forward`'s. Row 0 is the caption's [CLS], which
         has read every word and image token: the image-text matching head's input
-        (:mod:`vitbert.lit.objectives`)."""
-        words = self.text.embeddings(input_ids)  # (B, T, D)
+        (:mod:`vitbert.lit.objectives`). With ``config.neighbour_lookup_heads`` each word's row
+        also holds what its neighbours read from the image (:mod:`vitbert.models.lookup`)."""
+        words = embedded = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
         if image_index is not None and images is None and image_features is None:
             raise ValueError("image_index says which photo each caption sees: pass the photos "
@@ -200,6 +205,8 @@ class VitBert(nn.Module):
         out = self.text.encoder(words, AttentionContext(mask), return_attention)
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
+        if self.lookup is not None and N:
+            hidden = hidden + self.lookup(embedded, image, image_mask, right_context=not seq2seq)
         return hidden, attention
 
     def save_pretrained(self, folder: str | Path) -> None:
