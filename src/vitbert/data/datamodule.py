@@ -33,6 +33,7 @@ from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
 from .sources import DataSource, LoaderOptions, ShapesSource
 from .tokenizer import cached_wordpiece, load_tokenizer
+from .twins import TwinPhotos
 
 # What each stage does with the split it reads (the error when that split is empty says it).
 STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predict": "predict"}
@@ -66,6 +67,7 @@ class CaptionDataModule(L.LightningDataModule):
         content_weight: float = 1.0,
         random_crop_scale: float = 1.0,
         group_by_photo: bool = False,
+        twin_photos: bool = False,
     ):
         """
         Args:
@@ -104,6 +106,10 @@ class CaptionDataModule(L.LightningDataModule):
                 photo, not per caption: the same loss for about a fifth of the tower's work.
                 Batches then hold fewer distinct photos. Nothing changes with one caption per
                 picture (the generated shapes).
+            twin_photos: Training only: each caption also brings the photo of a *twin* (a
+                caption of another photo with the same content words, two of them exchanged;
+                vitbert.data.twins), for the twin contrast (model.twin_weight). A folder source
+                only, with the image tower trained.
         """
         super().__init__()
         for name, split in (("val_split", val_split), ("test_split", test_split),
@@ -131,6 +137,8 @@ class CaptionDataModule(L.LightningDataModule):
         self.content_weight = content_weight
         self.train_transform = random_resized_crop(image_size, random_crop_scale)
         self.group_by_photo = group_by_photo
+        self.twin_photos = twin_photos
+        self._twins: TwinPhotos | None = None
         self._tokenizer: PreTrainedTokenizerFast | None = None
         self._datasets: dict[str, Dataset] = {}
         self._image_features: ImageFeatures | None = None
@@ -279,6 +287,8 @@ class CaptionDataModule(L.LightningDataModule):
                             f" without one: use model.freeze_image_tower_steps, or a folder source")
 
     def _loader(self, split: str, train: bool) -> DataLoader:
+        if train and self.twin_photos:
+            self._check_twin_photos()
         if train and self._image_features is None:
             own = self.source.train_loader(LoaderOptions(
                 batch_size=self.batch_size, num_workers=self.num_workers,
@@ -287,6 +297,8 @@ class CaptionDataModule(L.LightningDataModule):
             if own is not None:  # a streaming source deals its data to the ranks itself
                 return own
         dataset = self.dataset(split)
+        if train and self.twin_photos:
+            dataset = self._twin_dataset()
         if train:  # resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume
             groups = dataset.rows if self.group_by_photo else None  # (captions,) photo rows
             make = functools.partial(resumable_loader, groups=groups)
@@ -301,6 +313,25 @@ class CaptionDataModule(L.LightningDataModule):
             persistent_workers=self.persistent_workers and self.num_workers > 0,
             collate_fn=self.collator(deterministic=not train),
         )
+
+    def _twin_dataset(self) -> TwinPhotos:
+        """The training split with its twins' photos, found once (vitbert.data.twins)."""
+        if self._twins is None:
+            self._twins = TwinPhotos(self.dataset("train"))
+            self._say(f"twin photos: {self._twins.share():.0%} of the training captions have a "
+                      f"twin")
+        return self._twins
+
+    def _check_twin_photos(self) -> None:
+        """Stop with one line where twins cannot be served."""
+        if self._image_features is not None:
+            raise DataError("data.twin_photos: true shows each caption a second photo through the "
+                            "image tower, and model.freeze_image_tower: true caches the tower's "
+                            "output instead: switch one of them off")
+        if not self.source.caches_images:
+            raise DataError(f"data.twin_photos: true reads the twins' photos from an image cache,"
+                            f" and {type(self.source).__name__} streams photos without one: "
+                            f"use a folder source, or twin_photos: false")
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

@@ -34,6 +34,8 @@ _FUNCTION_WORDS = """
 STOP_WORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(".,;:!?'\"-()")
 
 IGNORE_INDEX = -100
+# Item fields of a caption's twin photos and the spans of the words they exchange (data.twins).
+TWIN_IMAGES, TWIN_SPANS = "twin_images", "twin_spans"
 
 
 class MLMCollator:
@@ -153,7 +155,8 @@ class MLMCollator:
         labels = np.full_like(input_ids, IGNORE_INDEX)  # (B, T)
         content_mask = np.zeros(input_ids.shape, dtype=bool)  # (B, T)
 
-        for b, rng in enumerate(self._rngs(items)):
+        rngs = self._rngs(items)
+        for b, rng in enumerate(rngs):
             word_ids = enc.word_ids(b)
             is_content = self._content_positions(captions[b], word_ids, b, enc)  # (T,)
             content_mask[b] = is_content
@@ -180,6 +183,8 @@ class MLMCollator:
             photos = {FEATURES_KEY: torch.stack([it[FEATURES_KEY] for it in first.values()])}
         else:  # (P, 3, S, S) uint8 pixels, one crop per photo when augmenting
             photos = {"images": torch.stack([self._image(it["image"]) for it in first.values()])}
+        if TWIN_IMAGES in items[0]:  # drawn after every mask, so the masks are the same
+            photos.update(self._twins(items, enc, rngs))
         return {
             **photos,
             IMAGE_INDEX: torch.tensor(image_index, dtype=torch.long),  # (B,)
@@ -191,6 +196,31 @@ class MLMCollator:
             # (B,) which photo: the cache row (an item without one is its own image)
             "image_id": torch.tensor(image_ids),
         }
+
+    def _twins(self, items: list[dict[str, Any]], enc: Any,
+               rngs: list[np.random.Generator]) -> dict[str, torch.Tensor]:
+        """One twin photo drawn per caption that has any (`vitbert.data.twins`): `twin_images`
+        uint8 (K, 3, S, S), `twin_index` long (B,) the caption's twin among them or -1, and
+        `twin_mask` bool (B, T) the pieces of the two words the twin's caption exchanges."""
+        B, T = enc["input_ids"].shape
+        twin_index = np.full(B, -1, dtype=np.int64)
+        twin_mask = np.zeros((B, T), dtype=bool)
+        images = []
+        for b, (item, rng) in enumerate(zip(items, rngs, strict=True)):
+            if not len(item[TWIN_IMAGES]):
+                continue
+            k = int(rng.integers(len(item[TWIN_IMAGES])))
+            twin_index[b] = len(images)
+            images.append(self._image(item[TWIN_IMAGES][k]))
+            for w in {w for w in enc.word_ids(b) if w is not None}:
+                span = enc.word_to_chars(b, w)
+                if any(start <= span.start and span.end <= end
+                       for start, end in item[TWIN_SPANS][k]):
+                    twin_mask[b] |= np.array([i == w for i in enc.word_ids(b)])
+        empty = torch.zeros(0, *items[0]["image"].shape, dtype=torch.uint8)
+        return {TWIN_IMAGES: torch.stack(images) if images else empty,
+                "twin_index": torch.from_numpy(twin_index),
+                "twin_mask": torch.from_numpy(twin_mask)}
 
     def _image(self, image: Any) -> torch.Tensor:
         image = torch.as_tensor(image)
