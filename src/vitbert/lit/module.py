@@ -56,6 +56,9 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
             without a word list); with ``itm_weight`` only.
         itc_weight: weight of the contrastive loss (:mod:`vitbert.lit.contrastive`: photos and
             captions embedded apart, for retrieval); builds the heads (``net.itc_dim``, else 128).
+        twin_weight: weight of the twin contrast (:mod:`vitbert.lit.twins`: in MLM batches, a
+            hidden word of a caption likelier under its own photo than under a twin's, whose
+            caption exchanges two of its words; binding). Needs ``data.twin_photos: true``.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
@@ -65,7 +68,7 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
                  num_examples: int = 3, freeze_image_tower: bool = False,
                  generation_probability: float = 0.3, itm_weight: float = 0.0,
                  word_detection_weight: float = 0.0, itm_swap_negatives: bool = False,
-                 itc_weight: float = 0.0) -> None:
+                 itc_weight: float = 0.0, twin_weight: float = 0.0) -> None:
         super().__init__()
         net = with_contrastive_heads(
             net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net), itc_weight)
@@ -114,7 +117,7 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         loss, parts = training_loss(self.net, batch, hp.generation_probability,
                                     self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
                                     self.word_head, hp.word_detection_weight, self.swaps,
-                                    hp.itc_weight)
+                                    hp.itc_weight, hp.twin_weight)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 

@@ -22,7 +22,9 @@ picture.
 The word detection objective (:func:`word_detection_loss`) asks the image tower alone which
 content words the photo's captions use: a direct signal to the tower, which the MLM reaches only
 through the words' attention. The contrastive objective (photos and captions embedded apart,
-for retrieval) is :mod:`vitbert.lit.contrastive`. :func:`training_loss` puts them together.
+for retrieval) is :mod:`vitbert.lit.contrastive`, the twin contrast (a hidden word likelier
+under its own photo than under a twin's, for binding) :mod:`vitbert.lit.twins`.
+:func:`training_loss` puts them together.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from vitbert.lit.conditions import another_photo
 from vitbert.lit.contrastive import itc_loss
 from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.negatives import SwapNegatives
+from vitbert.lit.twins import twin_contrast_loss
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
@@ -95,20 +98,21 @@ def original_caption(batch: Batch) -> Tensor:
 def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   mask_token_id: int, itm_head: nn.Module | None = None, itm_weight: float = 0.0,
                   word_head: nn.Module | None = None, word_weight: float = 0.0,
-                  swaps: SwapNegatives | None = None, itc_weight: float = 0.0
-                  ) -> tuple[Tensor, dict[str, Tensor]]:
+                  swaps: SwapNegatives | None = None, itc_weight: float = 0.0,
+                  twin_weight: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
     image-text matching loss when ``itm_head`` is given (with ``swaps``, also against swapped-word
     copies of the captions), plus ``word_weight`` times the word
     detection loss when ``word_head`` is, plus ``itc_weight`` times the contrastive loss
-    (:mod:`vitbert.lit.contrastive`; the network's own heads): one term each, over one tower pass.
-    Without them the loss is exactly the MLM loss as it always was: nothing else runs and no
-    random number is drawn.
+    (:mod:`vitbert.lit.contrastive`; the network's own heads), plus, in MLM batches,
+    ``twin_weight`` times the twin contrast (:mod:`vitbert.lit.twins`): one term each, over one
+    tower pass (and one over the twins' photos). Without them the loss is exactly the MLM loss as
+    it always was: nothing else runs and no random number is drawn.
     """
     parts, extra = {}, []
-    if itm_head is not None or word_head is not None or itc_weight:
+    if itm_head is not None or word_head is not None or itc_weight or twin_weight:
         batch = with_tower_output(net, batch)
     if itc_weight:
         parts["train/itc_loss"] = itc_loss(net, batch, original_caption(batch))
@@ -122,6 +126,9 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
     batch, mode = choose_objective(batch, generation_probability, mask_token_id)
     name = "train/generation_loss" if mode == "seq2seq" else "train/loss"
     parts[name] = loss = masked_lm_loss(net, batch, mode)
+    if twin_weight and mode == "bidirectional":  # in seq2seq batches too, it bound less
+        parts["train/twin_loss"] = twin_contrast_loss(net, batch)
+        extra.append(twin_weight * parts["train/twin_loss"])
     return loss + sum(extra), parts
 
 
