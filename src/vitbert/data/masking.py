@@ -47,7 +47,8 @@ class MLMCollator:
     `image_index` long (B,) the photo of each caption among them, `input_ids` long (B, T),
     `attention_mask` bool (B, T), `labels` long (B, T) (-100 where not a target), `content_mask`
     bool (B, T) (the pieces of content words, targets or not), `index` long (B,), `image_id`
-    long (B,) (the item's cache `row`: which photo).
+    long (B,) (the item's cache `row`: which photo). Items of `vitbert.data.twins.TwinPhotos`
+    add `twin_images`, `twin_index` and `twin_mask` (:meth:`_twins`).
     Items with `image_features` (N, D_img) instead of `image` give `image_features` (P, N, D_img).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
 
@@ -212,11 +213,11 @@ class MLMCollator:
             k = int(rng.integers(len(item[TWIN_IMAGES])))
             twin_index[b] = len(images)
             images.append(self._image(item[TWIN_IMAGES][k]))
-            for w in {w for w in enc.word_ids(b) if w is not None}:
-                span = enc.word_to_chars(b, w)
-                if any(start <= span.start and span.end <= end
-                       for start, end in item[TWIN_SPANS][k]):
-                    twin_mask[b] |= np.array([i == w for i in enc.word_ids(b)])
+            for pos, w in enumerate(enc.word_ids(b)):
+                if w is not None:  # a piece of a word inside one of the exchanged words' spans
+                    span = enc.word_to_chars(b, w)
+                    twin_mask[b, pos] = any(start <= span.start and span.end <= end
+                                            for start, end in item[TWIN_SPANS][k])
         empty = torch.zeros(0, *items[0]["image"].shape, dtype=torch.uint8)
         return {TWIN_IMAGES: torch.stack(images) if images else empty,
                 "twin_index": torch.from_numpy(twin_index),
