@@ -34,8 +34,10 @@ _FUNCTION_WORDS = """
 STOP_WORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(".,;:!?'\"-()")
 
 IGNORE_INDEX = -100
-# Item fields of a caption's twin photos and the spans of the words they exchange (data.twins).
+# Item fields of a caption's twin photos and the spans of the words they exchange (data.twins),
+# and the batch fields that say which twin each caption sees and where its exchanged words are.
 TWIN_IMAGES, TWIN_SPANS = "twin_images", "twin_spans"
+TWIN_INDEX, TWIN_MASK = "twin_index", "twin_mask"
 
 
 class MLMCollator:
@@ -220,8 +222,8 @@ class MLMCollator:
                                             for start, end in item[TWIN_SPANS][k])
         empty = torch.zeros(0, *items[0]["image"].shape, dtype=torch.uint8)
         return {TWIN_IMAGES: torch.stack(images) if images else empty,
-                "twin_index": torch.from_numpy(twin_index),
-                "twin_mask": torch.from_numpy(twin_mask)}
+                TWIN_INDEX: torch.from_numpy(twin_index),
+                TWIN_MASK: torch.from_numpy(twin_mask)}
 
     def _image(self, image: Any) -> torch.Tensor:
         image = torch.as_tensor(image)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX, caption_photos
-from vitbert.data.masking import IGNORE_INDEX, TWIN_IMAGES
+from vitbert.data.masking import IGNORE_INDEX, TWIN_IMAGES, TWIN_INDEX, TWIN_MASK
 
 Batch = dict[str, Tensor]
 
@@ -45,18 +45,18 @@ def twin_contrast_loss(net: nn.Module, batch: Batch) -> Tensor:
     ``twin_index`` and ``twin_mask`` (:class:`vitbert.data.masking.MLMCollator`). A batch where
     no exchanged word is hidden gives a zero that keeps the graph.
     """
-    if "twin_index" not in batch:
+    if TWIN_INDEX not in batch:
         raise ValueError("model.twin_weight needs batches that carry twin photos: set "
                          "data.twin_photos: true")
-    targets = batch["twin_mask"] & (batch["labels"] != IGNORE_INDEX)  # (B, T)
-    rows = ((batch["twin_index"] >= 0) & targets.any(dim=1)).nonzero().squeeze(1)  # (R,)
+    targets = batch[TWIN_MASK] & (batch["labels"] != IGNORE_INDEX)  # (B, T)
+    rows = ((batch[TWIN_INDEX] >= 0) & targets.any(dim=1)).nonzero().squeeze(1)  # (R,)
     own_photos = batch[FEATURES_KEY]  # (P, N, D_img)
     if not len(rows):
         return own_photos.sum() * 0.0
     twin_photos = net.tower_tokens(batch[TWIN_IMAGES])  # (K, N, D_img)
     photos = torch.cat((own_photos, twin_photos))  # (P + K, N, D_img)
     own = caption_photos(batch)[rows]  # (R,)
-    twin = len(own_photos) + batch["twin_index"][rows]  # (R,)
+    twin = len(own_photos) + batch[TWIN_INDEX][rows]  # (R,)
     ids, keep = batch["input_ids"][rows], batch["attention_mask"][rows]  # (R, T)
     logits = net(ids.repeat(2, 1), keep.repeat(2, 1), image_features=photos,
                  target_mask=targets[rows].repeat(2, 1),
