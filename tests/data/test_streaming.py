@@ -91,6 +91,12 @@ def test_the_frozen_tower_feature_cache_stops_with_one_line(shards):
         dm.check_image_features()
 
 
+def test_twin_photos_stop_with_one_line(shards):
+    dm = _module(shards, num_workers=0, twin_photos=True)
+    with pytest.raises(DataError, match=r"StreamingSource streams photos without one: use a fold"):
+        dm.train_dataloader()
+
+
 def test_a_short_fit_through_the_cli(shards, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = main([

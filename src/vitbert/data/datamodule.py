@@ -281,10 +281,16 @@ class CaptionDataModule(L.LightningDataModule):
 
     def check_image_features(self) -> None:
         """Stop with one line when the source keeps no image cache to compute features over."""
+        self._require_image_cache("model.freeze_image_tower: true caches the tower's output per "
+                                  "photo of an image cache",
+                                  "use model.freeze_image_tower_steps, or a folder source")
+
+    def _require_image_cache(self, need: str, fix: str) -> None:
+        """Stop with one line naming the setting (``need``) that reads an image cache the
+        source does not keep, and the ``fix``."""
         if not self.source.caches_images:
-            raise DataError(f"model.freeze_image_tower: true caches the tower's output per photo"
-                            f" of an image cache, and {type(self.source).__name__} streams photos"
-                            f" without one: use model.freeze_image_tower_steps, or a folder source")
+            raise DataError(f"{need}, and {type(self.source).__name__} streams photos without "
+                            f"one: {fix}")
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         if train and self.twin_photos:
@@ -328,10 +334,8 @@ class CaptionDataModule(L.LightningDataModule):
             raise DataError("data.twin_photos: true shows each caption a second photo through the "
                             "image tower, and model.freeze_image_tower: true caches the tower's "
                             "output instead: switch one of them off")
-        if not self.source.caches_images:
-            raise DataError(f"data.twin_photos: true reads the twins' photos from an image cache,"
-                            f" and {type(self.source).__name__} streams photos without one: "
-                            f"use a folder source, or twin_photos: false")
+        self._require_image_cache("data.twin_photos: true reads the twins' photos from an "
+                                  "image cache", "use a folder source, or twin_photos: false")
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
