@@ -7,13 +7,17 @@ form has tells them apart.
 """
 
 import math
+import warnings
 
 import pytest
 import torch
 
+from conftest import QUIET, TINY_NET, data_args
+from vitbert.cli import main
 from vitbert.data.features import FEATURES_KEY
+from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import training_loss
-from vitbert.lit.twins import log_odds, twin_contrast_loss
+from vitbert.lit.twins import check_twin_settings, log_odds, twin_contrast_loss
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
 
 CLS, SEP, MASK = 2, 3, 4
@@ -101,3 +105,21 @@ def test_the_twin_contrast_teaches_the_lookup_to_bind_and_not_the_encoder_alone(
     assert last < 0.05, f"with the lookup: twin loss {first:.3f} → {last:.3f}"
     _, last_plain = train_on_twins(task_model(lookup_heads=0))
     assert last_plain > 0.6, f"without the lookup the twin loss fell to {last_plain:.3f}"
+
+
+def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    steps = []
+    monkeypatch.setattr(MaskedLMModule, "training_step", lambda *args: steps.append(1))
+    with pytest.raises(ValueError, match=r"add --data\.twin_photos true"):
+        main(["fit", "--trainer.max_steps", "1", "--model.twin_weight", "1",
+              *data_args(tmp_path), *TINY_NET, *QUIET])
+    assert not steps  # stopped before the first step, not at it
+
+
+def test_twin_photos_without_the_contrast_warn_that_they_go_unread():
+    with pytest.warns(UserWarning, match="model.twin_weight"):
+        check_twin_settings(0.0, True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_twin_settings(1.0, True)  # the pair: neither

@@ -26,6 +26,7 @@ from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.negatives import SwapNegatives
 from vitbert.lit.objectives import itm_loss, training_loss
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
+from vitbert.lit.twins import check_twin_settings
 from vitbert.models import ITMHead, VitBert, VitBertConfig, WordDetectorHead
 
 
@@ -95,6 +96,8 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
+        if stage == "fit" and datamodule is not None:
+            check_twin_settings(self.hparams.twin_weight, getattr(datamodule, "twin_photos", False))
         if stage == "fit" and self.hparams.itm_swap_negatives and self.itm_head is not None:
             self.swaps = SwapNegatives.from_captions(self.tokenizer,
                                                      datamodule.dataset("train").captions)

@@ -20,6 +20,8 @@ with both photos, and one image-tower pass over the twins' photos.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -35,6 +37,18 @@ def log_odds(logits: Tensor, target: Tensor) -> Tensor:
     true = logits.gather(1, target[:, None]).squeeze(1)  # (M,)
     others = logits.scatter(1, target[:, None], float("-inf"))  # (M, V) without the true piece
     return true - others.logsumexp(dim=1)
+
+
+def check_twin_settings(twin_weight: float, twin_photos: bool) -> None:
+    """At fit start, not at the first training step: the contrast needs the data's twin photos,
+    and twin photos without the contrast are loaded for nothing."""
+    if twin_weight and not twin_photos:
+        raise ValueError(f"model.twin_weight {twin_weight} needs batches that carry twin photos: "
+                         f"add --data.twin_photos true (or set model.twin_weight 0)")
+    if twin_photos and not twin_weight:
+        warnings.warn("data.twin_photos loads a twin photo for every training caption, which only "
+                      "the twin contrast reads: set model.twin_weight (e.g. 1) or leave "
+                      "data.twin_photos off", stacklevel=2)
 
 
 def twin_contrast_loss(net: nn.Module, batch: Batch) -> Tensor:
