@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitbert.io import CheckpointError, load_model, read_checkpoint
+from vitbert.io import CheckpointError, StoredModel, model_of, read_checkpoint
 from vitbert.models import ITMHead
 from vitbert.photo_index import FolderError, PhotoIndex, build_index, model_identity
 from vitbert.predict import (
@@ -79,12 +79,13 @@ class Retriever:
         one. Raises ``CheckpointError`` for anything that is not a vitbert checkpoint and
         :class:`NoContrastiveHeadsError` for a model trained without the contrastive heads."""
         device = torch.device(device) if device is not None else default_device()
-        model, tokenizer = load_model(path, map_location=device)
+        stored = read_checkpoint(path)  # once: the network and the matching head
+        model, tokenizer = model_of(stored, path, map_location=device)
         if not model.has_itc:
             raise NoContrastiveHeadsError(
                 f"{path}: this model has no contrastive heads (net.itc_dim 0), so it cannot "
                 f"search photos by sentence or sentences by photo; {ITC_FIX}")
-        return cls(model, tokenizer, itm_head_of(path, model.config.text.dim), device, rerank)
+        return cls(model, tokenizer, itm_head_of(stored, model.config.text.dim), device, rerank)
 
     @property
     def ranked_by(self) -> str:
@@ -221,11 +222,13 @@ class Retriever:
         return batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
 
 
-def itm_head_of(path: str | Path, dim: int) -> ITMHead | None:
-    """The matching head stored beside the network in ``path`` (a ``.ckpt`` or an exported
-    folder: :attr:`vitbert.io.StoredModel.heads`), or None when it was trained without one."""
+def itm_head_of(source: str | Path | StoredModel, dim: int) -> ITMHead | None:
+    """The matching head stored beside the network in ``source`` (a ``.ckpt``, an exported
+    folder, or one already read: :attr:`vitbert.io.StoredModel.heads`), or None when it was
+    trained without one."""
+    stored = source if isinstance(source, StoredModel) else read_checkpoint(source)
     prefix = "itm_head."
-    state = {name[len(prefix):]: tensor for name, tensor in read_checkpoint(path).heads.items()
+    state = {name[len(prefix):]: tensor for name, tensor in stored.heads.items()
              if name.startswith(prefix)}
     if not state:
         return None

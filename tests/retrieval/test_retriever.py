@@ -257,3 +257,13 @@ def test_real_scores_are_the_real_embeddings(searcher, colour_folder):
     cosines = (photos @ query).tolist()
     expected = [names[i] for i in np.argsort(cosines)[::-1]]
     assert [r["image"] for r in result["results"]] == expected
+
+
+def test_a_checkpoint_is_read_once_for_the_network_and_its_matching_head(searcher, monkeypatch):
+    import vitbert.retriever as retriever
+
+    reads = []
+    read = retriever.read_checkpoint
+    monkeypatch.setattr(retriever, "read_checkpoint", lambda path: reads.append(path) or read(path))
+    found = Retriever.from_checkpoint(searcher.ckpt, device="cpu")
+    assert found.ranked_by == "itm" and reads == [searcher.ckpt]

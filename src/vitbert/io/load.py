@@ -26,11 +26,12 @@ from vitbert.models.multimodal import VitBert
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu"):
     """(model in eval mode, tokenizer) from a ``.ckpt`` or an exported folder."""
-    return _model_of(read_checkpoint(path), path, map_location)
+    return model_of(read_checkpoint(path), path, map_location)
 
 
-def _model_of(stored: StoredModel, path: str | Path, map_location: str | torch.device = "cpu"):
-    """(model in eval mode, tokenizer) of weights read from ``path``."""
+def model_of(stored: StoredModel, path: str | Path, map_location: str | torch.device = "cpu"):
+    """(model in eval mode, tokenizer) of weights already read from ``path`` (named in errors):
+    :func:`load_model` for a caller that also wants the stored heads, without a second read."""
     if stored.tokenizer_json is None:
         raise CheckpointError(
             f"{path}: holds no tokenizer. Checkpoints written by scripts/train.py carry one; "
@@ -56,7 +57,7 @@ def export_and_describe(checkpoint: str | Path, out: str | Path) -> tuple[Path, 
     """:func:`export`, and a line saying what went into the folder (scripts/export.py prints
     it)."""
     stored = read_checkpoint(checkpoint)
-    model, tokenizer = _model_of(stored, checkpoint)
+    model, tokenizer = model_of(stored, checkpoint)
     folder = write_exported(model, out, tokenizer_to_json(tokenizer), stored.heads)
     return folder, _export_contents(model, stored)
 
