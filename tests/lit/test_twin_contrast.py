@@ -11,8 +11,8 @@ import warnings
 
 import pytest
 import torch
-
 from conftest import QUIET, TINY_NET, data_args
+
 from vitbert.cli import main
 from vitbert.data.features import FEATURES_KEY
 from vitbert.lit.module import MaskedLMModule
