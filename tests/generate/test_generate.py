@@ -9,12 +9,13 @@ from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertCo
 TOKENS = CaptionTokens(cls=2, sep=3, mask=4, banned=(0, 1, 2, 4))
 
 
-def random_model(lookup_heads: int = 0) -> VitBert:
+def random_model(lookup_heads: int = 0, chroma_dim: int = 0) -> VitBert:
     """A tiny model with large random weights: pieces that depend on the image and on the words
     written, not a near-uniform guess; a [SEP] bias that ends captions at different lengths.
-    With ``lookup_heads`` the neighbour lookup too (its output no longer zero)."""
-    image = ImageTowerConfig(kind="vit", image_size=16, patch_size=8, dim=32, depth=1,
-                             num_heads=2)
+    With ``lookup_heads`` the neighbour lookup too (its output no longer zero), with
+    ``chroma_dim`` a tower that keeps hue apart, which the lookup then reads."""
+    image = ImageTowerConfig(kind="conv_stem" if chroma_dim else "vit", image_size=16,
+                             patch_size=8, dim=32, depth=1, num_heads=2, chroma_dim=chroma_dim)
     text = TextTowerConfig(dim=24, depth=2, num_heads=2, max_len=12)
     torch.manual_seed(0)
     net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30,
@@ -28,9 +29,10 @@ def random_model(lookup_heads: int = 0) -> VitBert:
     return net
 
 
-@pytest.fixture(params=[0, 2], ids=["plain", "neighbour_lookup"])
+@pytest.fixture(params=[(0, 0), (2, 0), (2, 8)],
+                ids=["plain", "neighbour_lookup", "lookup_by_hue_and_form"])
 def model(request):
-    return random_model(request.param)
+    return random_model(*request.param)
 
 
 @pytest.fixture

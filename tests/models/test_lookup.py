@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from vitbert.models import VitBert
+from vitbert.models import ImageTowerConfig, VitBert
 from vitbert.models.lookup import NeighbourLookup
 
 
@@ -18,10 +18,19 @@ def noisy(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-@pytest.fixture
-def looking(tiny_config):
+def split_config(tiny_config):
+    """A tower that keeps hue apart (chroma_dim), so the lookup finds by one and reads the other."""
+    image = ImageTowerConfig(kind="conv_stem", image_size=16, patch_size=8, dim=32, depth=1,
+                             num_heads=2, stem_hidden_dim=8, chroma_dim=8)
+    return tiny_config(image=image, neighbour_lookup_heads=2)
+
+
+@pytest.fixture(params=["whole_tokens", "hue_and_form"])
+def looking(tiny_config, request):
     torch.manual_seed(0)
-    return noisy(VitBert(tiny_config(neighbour_lookup_heads=2))).eval()
+    config = (split_config(tiny_config) if request.param == "hue_and_form"
+              else tiny_config(neighbour_lookup_heads=2))
+    return noisy(VitBert(config)).eval()
 
 
 def test_lookup_equals_the_attention_written_out():
@@ -44,6 +53,45 @@ def test_lookup_equals_the_attention_written_out():
                 heads.append(score.softmax(0) @ v[:, part])
             expected = lookup.out.weight @ torch.cat(heads) + lookup.out.bias
             torch.testing.assert_close(out[b, t], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_split_lookup_finds_by_hue_reads_form_and_back():
+    """Tokens of 10 channels, the last 4 the hue: head 0's keys come from the hue and its values
+    from the form, head 1 the other way round."""
+    lookup = noisy(NeighbourLookup(dim=6, num_heads=2, image_dim=10, hue_dim=4))
+    words, image = torch.randn(1, 3, 6), torch.randn(1, 5, 10)
+    form, hue = image[0, :, :6], image[0, :, 6:]
+    out = lookup(words, image)
+    hue_key, hue_value = (hue @ lookup.hue.weight.T + lookup.hue.bias).split(3, dim=1)
+    form_key, form_value = (form @ lookup.form.weight.T + lookup.form.bias).split(3, dim=1)
+    for t in range(3):
+        left = words[0, t - 1] if t > 0 else torch.zeros(6)
+        right = words[0, t + 1] if t < 2 else torch.zeros(6)
+        q = lookup.query.weight @ torch.cat((left, right)) + lookup.query.bias  # (6,)
+        by_hue = (hue_key @ q[:3] / math.sqrt(3)).softmax(0) @ form_value  # (3,)
+        by_form = (form_key @ q[3:] / math.sqrt(3)).softmax(0) @ hue_value
+        expected = lookup.out.weight @ torch.cat((by_hue, by_form)) + lookup.out.bias
+        torch.testing.assert_close(out[0, t], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_split_lookup_reads_the_tower_alike_from_pixels_cache_or_index(tiny_config, batch):
+    """The lookup reads the tower's tokens: from the pixels, from the frozen tower's cache, and
+    gathered per caption by image_index (the photo once for several captions), the same."""
+    input_ids, attention_mask, images, _ = batch
+    torch.manual_seed(0)
+    net = noisy(VitBert(split_config(tiny_config))).eval()
+    with torch.no_grad():
+        from_pixels = net(input_ids, attention_mask, images)
+        cached = net(input_ids, attention_mask, image_features=net.tower_tokens(images).half())
+        indexed = net(input_ids, attention_mask, images[1:], image_index=torch.tensor([0, 0]))
+        one_photo = net(input_ids, attention_mask, images[1:].expand(2, -1, -1, -1))
+    torch.testing.assert_close(cached, from_pixels, atol=0.05, rtol=0.01)  # fp16 cache
+    torch.testing.assert_close(indexed, one_photo, atol=1e-5, rtol=1e-5)
+
+
+def test_an_odd_number_of_heads_does_not_halve_into_hue_and_form():
+    with pytest.raises(ValueError, match="use an even number"):
+        NeighbourLookup(dim=6, num_heads=3, image_dim=10, hue_dim=4)
 
 
 def test_a_new_lookup_changes_nothing_and_an_old_checkpoint_loads_into_it(tiny_config, batch):

@@ -229,3 +229,41 @@ def test_local_attention_tower_is_blind_to_far_pixels(radius):
     top_left = tokens[0, 0], tokens_changed[0, 0]
     assert torch.allclose(*top_left) == (radius is not None)
     assert not torch.allclose(tokens[0, 63], tokens_changed[0, 63])
+
+
+def _hue_tower() -> torch.nn.Module:
+    tower = _tower(kind="conv_stem", image_size=16, patch_size=4, dim=32, depth=2, num_heads=2,
+                   chroma_dim=8)
+    return tower.eval()  # BatchNorm's running statistics: pictures are read one by one
+
+
+def test_a_tower_with_chroma_dim_codes_form_alike_in_every_hue():
+    """Exchanging the colour channels keeps every pixel's luminance: the form channels (all but
+    the last chroma_dim) come out the same, and only the hue channels tell the pictures apart."""
+    tower = _hue_tower()
+    images = torch.randn(2, 3, 16, 16)
+    rehued = images[:, [2, 0, 1]]
+    with torch.no_grad():
+        tokens, tokens_rehued = tower(images)[1], tower(rehued)[1]  # (2, 16, 32) each
+    torch.testing.assert_close(tokens_rehued[..., :24], tokens[..., :24])
+    assert not torch.allclose(tokens_rehued[..., 24:], tokens[..., 24:], atol=1e-3)
+
+
+def test_the_hue_channels_are_blind_to_where_in_the_patch_a_pixel_is():
+    """A form is an arrangement of pixels; the hue channels must not see one. Turning every 4×4
+    patch by 180° in place leaves them unchanged, while the form channels change."""
+    tower = _hue_tower()
+    images = torch.randn(1, 3, 16, 16)
+    patches = images.unflatten(2, (4, 4)).unflatten(4, (4, 4))  # (1, 3, 4, 4, 4, 4)
+    turned = patches.flip(3, 5).flatten(4, 5).flatten(2, 3)  # (1, 3, 16, 16)
+    with torch.no_grad():
+        tokens, tokens_turned = tower(images)[1], tower(turned)[1]
+    torch.testing.assert_close(tokens_turned[..., 24:], tokens[..., 24:])
+    assert not torch.allclose(tokens_turned[..., :24], tokens[..., :24], atol=1e-3)
+
+
+def test_chroma_dim_needs_the_conv_stem_and_room_in_the_token():
+    with pytest.raises(ValueError, match="chroma_dim=8 needs kind: conv_stem"):
+        ImageTowerConfig(kind="vit", chroma_dim=8)
+    with pytest.raises(ValueError, match=r"use 0 \(off\) up to 127"):
+        ImageTowerConfig(chroma_dim=128)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vitbert.models.config import VitBertConfig
+from vitbert.models.patch_embed import PatchChroma
 
 BACKWARD_FACTOR = 2  # backward = 2 × forward; a step = (1 + BACKWARD_FACTOR) × forward
 
@@ -86,9 +87,15 @@ def image_tower_flops(config: VitBertConfig, batch: int) -> dict[str, int]:
         out["patch_embed"] = conv2d_flops(batch, grid, img.in_chans, D, P)
     elif img.kind == "conv_stem":
         h = img.stem_hidden_dim
-        out["patch_embed"] = (conv2d_flops(batch, (S, S), img.in_chans, h, 3)
+        out["patch_embed"] = (conv2d_flops(batch, (S, S), 1 if img.chroma_dim else img.in_chans,
+                                           h, 3)
                               + conv2d_flops(batch, (S, S), h, h, 3)
                               + conv2d_flops(batch, grid, h, D, P))
+        if img.chroma_dim:  # PatchChroma: two 1×1 convs per pixel, one per patch
+            c = PatchChroma.HIDDEN
+            out["patch_embed"] += (conv2d_flops(batch, (S, S), img.in_chans, c, 1)
+                                   + conv2d_flops(batch, (S, S), c, c, 1)
+                                   + conv2d_flops(batch, grid, c, img.chroma_dim, 1))
     else:
         raise NotImplementedError(f"no analytic FLOP count for image tower kind {img.kind!r}")
     length = n + int(img.class_token)

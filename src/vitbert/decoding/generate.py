@@ -67,12 +67,14 @@ class _NextWord:
         self.model, self.tokens, self.images = model, tokens, images
         self.cache = KVCache(len(model.text.encoder.blocks)) if use_cache else None
         self.written = 0  # text pieces whose keys and values the cache holds
-        self.image = None  # (R, N, D) the image tokens, kept for the neighbour lookup
+        self.image = None  # (R, N, ·) what the neighbour lookup reads (VitBert.lookup_source)
         if self.cache is not None and images is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
-            image = model.text.embeddings.image(model.encode_image(images))  # (R, N, D)
+            tower = model.tower_tokens(images)  # (R, N, D_img)
+            image = model.text.embeddings.image(model.encode_image(image_features=tower))
             model.text.encoder(image, cache=self.cache)  # (R, N, D) kept as keys and values
-            self.image = image if model.lookup is not None else None
+            if model.lookup is not None:
+                self.image = model.lookup_source(tower, image)
         self.num_rows = rows
 
     def select(self, index: Tensor) -> None:

@@ -58,6 +58,12 @@ class ImageTowerConfig(TowerConfig):
     """ResNetV2 stage depths of the ``hybrid`` front end; () = the stem only."""
     stem_hidden_dim: int = 16
     """Channels of the two 3×3 convs of ``conv_stem``."""
+    chroma_dim: int = 0
+    """``conv_stem`` only; 0 = off. The convs and blocks read luminance (the channels' mean), and
+    the last ``chroma_dim`` channels of each output token hold the patch's hue instead (1×1 convs
+    over its pixels, averaged: :class:`vitbert.models.patch_embed.PatchChroma`), so a form's
+    features cannot depend on its hue, and the neighbour lookup reads hue and form apart
+    (docs/binding.md)."""
     attention_radius: int | None = None
     """Each patch attends only to the patches at most this many rows and columns away (a
     (2r+1)² window); null = every patch, as in ViT and in every pretrained ViT's weights. Local
@@ -78,6 +84,13 @@ class ImageTowerConfig(TowerConfig):
         self.std = tuple(self.std)
         if self.pool == "cls" and not self.class_token:
             raise ValueError("pool='cls' needs class_token=True")
+        if self.chroma_dim and self.kind != "conv_stem":
+            raise ValueError(f"chroma_dim={self.chroma_dim} needs kind: conv_stem (the "
+                             f"{self.kind} front end reads every channel); set kind: conv_stem "
+                             f"or chroma_dim: 0")
+        if not 0 <= self.chroma_dim < self.dim:
+            raise ValueError(f"chroma_dim={self.chroma_dim}: the hue takes that many of the "
+                             f"tokens' {self.dim} channels; use 0 (off) up to {self.dim - 1}")
         if self.attention_radius is not None and self.attention_radius < 0:
             raise ValueError(f"attention_radius={self.attention_radius}: a patch must see itself; "
                              f"use 0 or more, or null for every patch")

@@ -17,6 +17,14 @@ contrast alone stays at chance (loss ln 2) without this module and learns it wit
 
 Under the seq2seq mask (writing left to right) the right neighbour is not yet written, so only
 the left one forms the query.
+
+With a tower that keeps hue apart from form (``ImageTowerConfig.chroma_dim``), the lookup reads
+the tower's tokens, and half its heads find a patch by its hue and read its form, the other half
+find it by its form and read its hue. Why: a reading that carries what it was found by lets the
+MLM head, fitted on the (hue, form) pairs of training, answer from the pair: "a purple [MASK]"
+is never a circle in training, so a read that holds the purple says "not a circle" even where
+the patch shows one. A read that holds only the form cannot (docs/binding.md: with it, forms
+bind as colours do).
 """
 
 from __future__ import annotations
@@ -33,15 +41,27 @@ class NeighbourLookup(nn.Module):
 
     The output projection starts at zero, so a model with the lookup starts as the model without
     it and a checkpoint loads into either (missing weights then train from "no effect").
+
+    ``hue_dim`` > 0: the image tokens are the tower's own (width ``image_dim``), their last
+    ``hue_dim`` channels the patch's hue and the rest its form (module doc); else the projected
+    image tokens (width ``dim``), keys and values from the whole token.
     """
 
-    def __init__(self, dim: int, num_heads: int) -> None:
+    def __init__(self, dim: int, num_heads: int, image_dim: int | None = None,
+                 hue_dim: int = 0) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"neighbour lookup: width {dim} does not divide by {num_heads} heads")
-        self.num_heads = num_heads
+        if hue_dim and num_heads % 2:
+            raise ValueError(f"neighbour lookup: {num_heads} heads do not halve into heads that "
+                             f"find by hue and heads that find by form; use an even number")
+        self.num_heads, self.hue_dim = num_heads, hue_dim
         self.query = nn.Linear(2 * dim, dim)
-        self.key_value = nn.Linear(dim, 2 * dim)
+        if hue_dim:  # each gives half the heads' keys and the other half's values
+            self.hue = nn.Linear(hue_dim, dim)
+            self.form = nn.Linear((image_dim or dim) - hue_dim, dim)
+        else:
+            self.key_value = nn.Linear(dim, 2 * dim)
         self.out = nn.Linear(dim, dim)
         init_transformer_weights(self)
         nn.init.zeros_(self.out.weight)
@@ -51,9 +71,9 @@ class NeighbourLookup(nn.Module):
         """What each word reads from the photo, to add to its hidden state: (B, T, D).
 
         words (B, T, D): the input embeddings of the caption's pieces; image (B, N, D): the
-        projected image tokens; image_keep (B, N) True = visible (a word with no visible image
-        token reads zero, so a blocked image equals no image); ``right_context`` False leaves the
-        right neighbour out (seq2seq).
+        projected image tokens (with ``hue_dim``, the tower's: (B, N, image_dim)); image_keep
+        (B, N) True = visible (a word with no visible image token reads zero, so a blocked image
+        equals no image); ``right_context`` False leaves the right neighbour out (seq2seq).
         """
         D = words.shape[-1]
         left = F.pad(words[:, :-1], (0, 0, 1, 0))  # (B, T, D): the piece before, 0 at [CLS]
@@ -62,7 +82,7 @@ class NeighbourLookup(nn.Module):
             right = torch.zeros_like(right)
         H = self.num_heads
         q = self.query(torch.cat((left, right), dim=-1))  # (B, T, D)
-        k, v = self.key_value(image).chunk(2, dim=-1)  # (B, N, D) each
+        k, v = self.keys_and_values(image)  # (B, N, D) each
         q, k, v = (x.unflatten(-1, (H, D // H)).transpose(1, 2) for x in (q, k, v))  # (B, H, ·, Dh)
         if image_keep is None:
             image_keep = image.new_ones(image.shape[:2], dtype=torch.bool)
@@ -74,3 +94,13 @@ class NeighbourLookup(nn.Module):
         read = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, Dh)
         read = read.transpose(1, 2).flatten(2)  # (B, T, D)
         return self.out(read) * has_image[:, None, None]
+
+    def keys_and_values(self, image: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, N, ·) image tokens → keys, values (B, N, D); with ``hue_dim`` the first half of
+        the heads is keyed by hue and reads form, the second keyed by form and reads hue."""
+        if not self.hue_dim:
+            return self.key_value(image).chunk(2, dim=-1)
+        hue_key, hue_value = self.hue(image[..., -self.hue_dim:]).chunk(2, dim=-1)  # (B, N, D/2)
+        form_key, form_value = self.form(image[..., :-self.hue_dim]).chunk(2, dim=-1)
+        return (torch.cat((hue_key, form_key), dim=-1),  # (B, N, D)
+                torch.cat((form_value, hue_value), dim=-1))

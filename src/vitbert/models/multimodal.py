@@ -74,7 +74,9 @@ class VitBert(nn.Module):
         self.itc = (ContrastiveHeads(config.image.dim, text.dim, config.itc_dim)
                     if config.itc_dim else None)
         # Each word's neighbours read the photo in one step (binding; off when 0 heads).
-        self.lookup = (NeighbourLookup(text.dim, config.neighbour_lookup_heads)
+        # With a tower that keeps hue apart (image.chroma_dim) it reads the tower's tokens.
+        self.lookup = (NeighbourLookup(text.dim, config.neighbour_lookup_heads, config.image.dim,
+                                       config.image.chroma_dim)
                        if config.neighbour_lookup_heads else None)
         for module in (self.projector, self.text, self.mlm_head):
             init_transformer_weights(module)
@@ -100,12 +102,23 @@ class VitBert(nn.Module):
                      image_features: Tensor | None = None) -> Tensor:
         """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S), or the tower's cached output
         ``image_features`` (B, N, D_img) → projected image tokens (B, N, D)."""
+        return self.projector(self.tower_output(images, image_features))  # (B, N, D)
+
+    def tower_output(self, images: Tensor | None = None,
+                     image_features: Tensor | None = None) -> Tensor:
+        """:meth:`tower_tokens` of ``images``, or the cached ``image_features`` (B, N, D_img)
+        as they are, read in the model's dtype."""
         if (images is None) == (image_features is None):
             raise ValueError("pass exactly one of images= and image_features=")
         if image_features is None:
-            return self.projector(self.tower_tokens(images))  # (B, N, D)
+            return self.tower_tokens(images)
         # Stored in fp16: read in the projector's dtype, as normalize() reads uint8 pixels.
-        return self.projector(image_features.to(self.projector.proj.weight.dtype))
+        return image_features.to(self.projector.proj.weight.dtype)
+
+    def lookup_source(self, tower: Tensor, image: Tensor) -> Tensor:
+        """What the neighbour lookup reads: the tower's tokens (B, N, D_img) when the tower keeps
+        hue apart (``image.chroma_dim``), else the image tokens as the words see them (B, N, D)."""
+        return tower if self.config.image.chroma_dim else image
 
     @property
     def has_itc(self) -> bool:
@@ -191,9 +204,10 @@ class VitBert(nn.Module):
                              "too (images= or image_features=)")
         N = 0
         if images is not None or image_features is not None:
-            image = self.encode_image(images, image_features)  # (P, N, D), P = B without index
-            if image_index is not None:
-                image = image[image_index]  # (B, N, D): each caption's photo
+            tower = self.tower_output(images, image_features)  # (P, N, D_img), P = B w/o index
+            image = self.projector(tower)  # (P, N, D)
+            if image_index is not None:  # each caption's photo: (B, N, ·)
+                tower, image = tower[image_index], image[image_index]
             image = self.text.embeddings.image(image)  # dropout per caption, as without index
             N = image.shape[1]
             if image_mask is None:
@@ -206,7 +220,8 @@ class VitBert(nn.Module):
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if self.lookup is not None and N:
-            hidden = hidden + self.lookup(embedded, image, image_mask, right_context=not seq2seq)
+            hidden = hidden + self.lookup(embedded, self.lookup_source(tower, image), image_mask,
+                                          right_context=not seq2seq)
         return hidden, attention
 
     def save_pretrained(self, folder: str | Path) -> None:

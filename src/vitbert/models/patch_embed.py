@@ -46,18 +46,21 @@ class ConvStem(nn.Module):
     """Two 3×3 convs, then a P×P patch conv: a little local feature extraction before the tokens.
 
     For small images (the 40×40 experiments, the 32×32 embedded default), where a bare linear
-    patch projection has too little to work with.
+    patch projection has too little to work with. With ``luminance`` the convs read the mean of
+    the channels, so every feature they build is blind to hue (:class:`PatchChroma` carries the
+    hue past the tower's blocks).
     """
 
     def __init__(
         self, img_size: int | tuple[int, int] = 40, patch_size: int = 4, in_chans: int = 3,
-        embed_dim: int = 64, hidden_dim: int = 32,
+        embed_dim: int = 64, hidden_dim: int = 32, luminance: bool = False,
     ) -> None:
         super().__init__()
         self.patch_size = patch_size
         self.grid_size = _grid(img_size, patch_size)
+        self.luminance = luminance
         self.stem = nn.Sequential(
-            nn.Conv2d(in_chans, hidden_dim, 3, padding=1, bias=False),
+            nn.Conv2d(1 if luminance else in_chans, hidden_dim, 3, padding=1, bias=False),
             nn.BatchNorm2d(hidden_dim),
             nn.ReLU(inplace=True),
             nn.Conv2d(hidden_dim, hidden_dim, 3, padding=1, bias=False),
@@ -67,8 +70,38 @@ class ConvStem(nn.Module):
         self.proj = nn.Conv2d(hidden_dim, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.luminance:
+            x = x.mean(dim=1, keepdim=True)  # (B, 1, H, W)
         x = self.proj(self.stem(x))  # (B, D, rows, cols)
         return x.flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+class PatchChroma(nn.Module):
+    """Each patch's hue, blind to where in the patch a pixel is: (B, C, H, W) → (B, N, dim).
+
+    A per-pixel MLP (1×1 convs), averaged over the patch, then projected. No filter here spans
+    two pixels, so nothing it computes can code a form. The ViT puts it in the last ``dim``
+    channels of its patch tokens after its blocks (``ImageTowerConfig.chroma_dim``), so inside
+    the tower hue never meets form, and a reader can take either without the other
+    (:mod:`vitbert.models.lookup`).
+    """
+
+    HIDDEN = 32  # channels of the per-pixel MLP
+
+    def __init__(self, patch_size: int, in_chans: int = 3, dim: int = 32,
+                 hidden_dim: int = HIDDEN) -> None:
+        super().__init__()
+        self.dim = dim
+        self.pixel = nn.Sequential(
+            nn.Conv2d(in_chans, hidden_dim, 1), nn.ReLU(inplace=True),
+            nn.Conv2d(hidden_dim, hidden_dim, 1), nn.ReLU(inplace=True),
+        )
+        self.pool = nn.AvgPool2d(patch_size)
+        self.proj = nn.Conv2d(hidden_dim, dim, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.proj(self.pool(self.pixel(x)))  # (B, dim, rows, cols)
+        return x.flatten(2).transpose(1, 2)  # (B, N, dim)
 
 
 class HybridEmbed(nn.Module):
