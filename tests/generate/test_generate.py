@@ -24,6 +24,8 @@ def random_model(lookup_heads: int = 0, chroma_dim: int = 0) -> VitBert:
         for param in net.parameters():
             if param.ndim > 1:
                 param.normal_(0.0, 0.3)
+        if chroma_dim:  # a read this large would write every row alike: one length
+            net.lookup.out.weight.mul_(0.2)
         net.mlm_head.decoder.bias.zero_()
         net.mlm_head.decoder.bias[TOKENS.sep] = 2.0
     return net

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import QUIET, TINY_NET, data_args
+from tiny_run import TINY_MODEL, tiny_shapes
 
 from vitbert.cli import main
 from vitbert.data.features import FEATURES_KEY
@@ -113,7 +113,7 @@ def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, mon
     monkeypatch.setattr(MaskedLMModule, "training_step", lambda *args: steps.append(1))
     with pytest.raises(ValueError, match=r"add --data\.twin_photos true"):
         main(["fit", "--trainer.max_steps", "1", "--model.twin_weight", "1",
-              *data_args(tmp_path), *TINY_NET, *QUIET])
+              *tiny_shapes(tmp_path / "shapes", num_train=128), *TINY_MODEL])
     assert not steps  # stopped before the first step, not at it
 
 

@@ -57,17 +57,19 @@ def test_lookup_equals_the_attention_written_out():
 
 def test_the_split_lookup_finds_by_hue_reads_form_and_back():
     """Tokens of 10 channels, the last 4 the hue: head 0's keys come from the hue and its values
-    from the form, head 1 the other way round."""
+    from the form, head 1 the other way round; the query reads the neighbours and the word's own
+    hidden state."""
     lookup = noisy(NeighbourLookup(dim=6, num_heads=2, image_dim=10, hue_dim=4))
-    words, image = torch.randn(1, 3, 6), torch.randn(1, 5, 10)
+    words, image, hidden = torch.randn(1, 3, 6), torch.randn(1, 5, 10), torch.randn(1, 3, 6)
     form, hue = image[0, :, :6], image[0, :, 6:]
-    out = lookup(words, image)
+    out = lookup(words, image, hidden=hidden)
     hue_key, hue_value = (hue @ lookup.hue.weight.T + lookup.hue.bias).split(3, dim=1)
     form_key, form_value = (form @ lookup.form.weight.T + lookup.form.bias).split(3, dim=1)
     for t in range(3):
         left = words[0, t - 1] if t > 0 else torch.zeros(6)
         right = words[0, t + 1] if t < 2 else torch.zeros(6)
         q = lookup.query.weight @ torch.cat((left, right)) + lookup.query.bias  # (6,)
+        q = q + lookup.context.weight @ hidden[0, t] + lookup.context.bias  # and its own state
         by_hue = (hue_key @ q[:3] / math.sqrt(3)).softmax(0) @ form_value  # (3,)
         by_form = (form_key @ q[3:] / math.sqrt(3)).softmax(0) @ hue_value
         expected = lookup.out.weight @ torch.cat((by_hue, by_form)) + lookup.out.bias
@@ -92,6 +94,9 @@ def test_the_split_lookup_reads_the_tower_alike_from_pixels_cache_or_index(tiny_
 def test_an_odd_number_of_heads_does_not_halve_into_hue_and_form():
     with pytest.raises(ValueError, match="use an even number"):
         NeighbourLookup(dim=6, num_heads=3, image_dim=10, hue_dim=4)
+    with pytest.raises(ValueError, match="pass hidden="):
+        NeighbourLookup(dim=6, num_heads=2, image_dim=10, hue_dim=4)(torch.randn(1, 3, 6),
+                                                                     torch.randn(1, 5, 10))
 
 
 def test_a_new_lookup_changes_nothing_and_an_old_checkpoint_loads_into_it(tiny_config, batch):

@@ -105,9 +105,10 @@ class _NextWord:
         hidden = self.model.text.encoder(x, AttentionContext(mask), cache=self.cache)  # (R, n, D)
         self.cache.crop(past + n - 1)  # the [MASK] was read only to be predicted
         self.written = t
-        hidden = hidden[:, -1]  # (R, D): the [MASK]'s row
         if self.image is not None:  # the [MASK]'s left neighbour (the last piece) asks the photo
-            hidden = hidden + self.model.lookup(x, self.image, right_context=False)[:, -1]
+            read = self.model.lookup(x, self.image, right_context=False, hidden=hidden)  # (R, n, D)
+            hidden = hidden + read
+        hidden = hidden[:, -1]  # (R, D): the [MASK]'s row
         return self.model.mlm_head(hidden).float().log_softmax(dim=-1)  # (R, V)
 
 

@@ -24,7 +24,8 @@ find it by its form and read its hue. Why: a reading that carries what it was fo
 MLM head, fitted on the (hue, form) pairs of training, answer from the pair: "a purple [MASK]"
 is never a circle in training, so a read that holds the purple says "not a circle" even where
 the patch shows one. A read that holds only the form cannot (docs/binding.md: with it, forms
-bind as colours do).
+bind as colours do). Its query also holds the word's own final hidden state, what the encoder
+made of the whole sentence, so a word can ask for more than its neighbours name.
 """
 
 from __future__ import annotations
@@ -60,20 +61,23 @@ class NeighbourLookup(nn.Module):
         if hue_dim:  # each gives half the heads' keys and the other half's values
             self.hue = nn.Linear(hue_dim, dim)
             self.form = nn.Linear((image_dim or dim) - hue_dim, dim)
+            self.context = nn.Linear(dim, dim)  # the word's hidden state, into its query
         else:
             self.key_value = nn.Linear(dim, 2 * dim)
+            self.context = None
         self.out = nn.Linear(dim, dim)
         init_transformer_weights(self)
         nn.init.zeros_(self.out.weight)
 
     def forward(self, words: Tensor, image: Tensor, image_keep: Tensor | None = None,
-                right_context: bool = True) -> Tensor:
+                right_context: bool = True, hidden: Tensor | None = None) -> Tensor:
         """What each word reads from the photo, to add to its hidden state: (B, T, D).
 
         words (B, T, D): the input embeddings of the caption's pieces; image (B, N, D): the
         projected image tokens (with ``hue_dim``, the tower's: (B, N, image_dim)); image_keep
         (B, N) True = visible (a word with no visible image token reads zero, so a blocked image
-        equals no image); ``right_context`` False leaves the right neighbour out (seq2seq).
+        equals no image); ``right_context`` False leaves the right neighbour out (seq2seq);
+        hidden (B, T, D): the encoder's word rows, which the query reads with ``hue_dim``.
         """
         D = words.shape[-1]
         left = F.pad(words[:, :-1], (0, 0, 1, 0))  # (B, T, D): the piece before, 0 at [CLS]
@@ -82,6 +86,11 @@ class NeighbourLookup(nn.Module):
             right = torch.zeros_like(right)
         H = self.num_heads
         q = self.query(torch.cat((left, right), dim=-1))  # (B, T, D)
+        if self.context is not None:
+            if hidden is None:
+                raise ValueError("this neighbour lookup's query reads each word's hidden state: "
+                                 "pass hidden=")
+            q = q + self.context(hidden)
         k, v = self.keys_and_values(image)  # (B, N, D) each
         q, k, v = (x.unflatten(-1, (H, D // H)).transpose(1, 2) for x in (q, k, v))  # (B, H, ·, Dh)
         if image_keep is None:

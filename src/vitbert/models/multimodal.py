@@ -221,7 +221,7 @@ class VitBert(nn.Module):
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if self.lookup is not None and N:
             hidden = hidden + self.lookup(embedded, self.lookup_source(tower, image), image_mask,
-                                          right_context=not seq2seq)
+                                          right_context=not seq2seq, hidden=hidden)
         return hidden, attention
 
     def save_pretrained(self, folder: str | Path) -> None:
