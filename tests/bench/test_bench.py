@@ -58,9 +58,9 @@ def test_block_hand_count():
 
 @pytest.mark.parametrize("image_tokens", ["patches", "pooled"])
 @pytest.mark.parametrize("masked_only", [True, False])
-@pytest.mark.parametrize("chroma_dim", [0, 4])
-def test_model_flops_match_torch_counter(image_tokens, masked_only, chroma_dim):
-    config = tiny_config(image_tokens=image_tokens)
+@pytest.mark.parametrize(("chroma_dim", "lookup_heads"), [(0, 0), (4, 0), (0, 2), (4, 2)])
+def test_model_flops_match_torch_counter(image_tokens, masked_only, chroma_dim, lookup_heads):
+    config = tiny_config(image_tokens=image_tokens, neighbour_lookup_heads=lookup_heads)
     config.image.chroma_dim = chroma_dim
     model = VitBert(config)
     batch = synthetic_batches(config, 3, n_batches=1, mean_len=7)[0]

@@ -126,9 +126,28 @@ def vitbert_step_flops(config: VitBertConfig, batch: int, text_len: int, targets
         f.forward["projector"] = linear_flops(photos * n, config.image.dim, D)
     f.forward["text_encoder"] = encoder_flops(batch, n + text_len, D, text.num_heads, text.depth,
                                               text.mlp_ratio)
+    if with_image and config.neighbour_lookup_heads:
+        f.forward["lookup"] = lookup_flops(config, batch, text_len, n)
     rows = batch * text_len if targets is None else targets
     f.forward["mlm_head"] = linear_flops(rows, D, D) + linear_flops(rows, D, V)
     return f
+
+
+def lookup_flops(config: VitBertConfig, batch: int, text_len: int, image_tokens: int) -> int:
+    """The neighbour lookup (:mod:`vitbert.models.lookup`) over every word row: its query from
+    two neighbours (and, over a tower that keeps hue apart, the word's hidden state), keys and
+    values per caption's image tokens, one attention, the output projection."""
+    D, rows = config.text.dim, batch * text_len
+    tokens = batch * image_tokens  # read per caption: its photo's tokens, gathered
+    C = config.image.chroma_dim
+    total = linear_flops(rows, 2 * D, D) + linear_flops(rows, D, D)  # query, out
+    if C:  # hue → half the keys and values, form → the other halves; the hidden state's query
+        total += (linear_flops(tokens, C, D) + linear_flops(tokens, config.image.dim - C, D)
+                  + linear_flops(rows, D, D))
+    else:
+        total += linear_flops(tokens, D, 2 * D)
+    H = config.neighbour_lookup_heads
+    return total + attention_flops(batch, H, text_len, image_tokens, D // H)
 
 
 def reference_step_flops(config: VitBertConfig, batch: int, text_len: int) -> StepFlops:

@@ -374,15 +374,20 @@ class _ManualF:
 
 @contextmanager
 def manual_attention() -> Iterator[None]:
-    """Inside: our attention layers compute attention by hand instead of calling SDPA."""
-    from vitbert.nn import attention as attention_module
+    """Inside: our attention layers (and the neighbour lookup's) compute attention by hand
+    instead of calling SDPA."""
+    from vitbert.models import lookup
+    from vitbert.nn import attention
 
-    saved = attention_module.F
-    attention_module.F = _ManualF()
+    modules = (attention, lookup)
+    saved = [module.F for module in modules]
+    for module in modules:
+        module.F = _ManualF()
     try:
         yield
     finally:
-        attention_module.F = saved
+        for module, functional in zip(modules, saved, strict=True):
+            module.F = functional
 
 
 LEVERS = ("mlm_head", "mlm_head_v8000", "padding", "attention", "qkv", "optimizer", "threads",
