@@ -115,10 +115,14 @@ class VitBert(nn.Module):
         # Stored in fp16: read in the projector's dtype, as normalize() reads uint8 pixels.
         return image_features.to(self.projector.proj.weight.dtype)
 
-    def lookup_source(self, tower: Tensor, image: Tensor) -> Tensor:
+    def lookup_source(self, tower: Tensor, image: Tensor, image_index: Tensor | None = None
+                      ) -> Tensor:
         """What the neighbour lookup reads: the tower's tokens (B, N, D_img) when the tower keeps
-        hue apart (``image.chroma_dim``), else the image tokens as the words see them (B, N, D)."""
-        return tower if self.config.image.chroma_dim else image
+        hue apart (``image.chroma_dim``; ``tower`` holds the P distinct photos, gathered here by
+        ``image_index``), else the image tokens as the words see them (B, N, D)."""
+        if not self.config.image.chroma_dim:
+            return image
+        return tower if image_index is None else tower[image_index]
 
     @property
     def has_itc(self) -> bool:
@@ -206,8 +210,8 @@ class VitBert(nn.Module):
         if images is not None or image_features is not None:
             tower = self.tower_output(images, image_features)  # (P, N, D_img), P = B w/o index
             image = self.projector(tower)  # (P, N, D)
-            if image_index is not None:  # each caption's photo: (B, N, ·)
-                tower, image = tower[image_index], image[image_index]
+            if image_index is not None:
+                image = image[image_index]  # (B, N, D): each caption's photo
             image = self.text.embeddings.image(image)  # dropout per caption, as without index
             N = image.shape[1]
             if image_mask is None:
@@ -220,8 +224,9 @@ class VitBert(nn.Module):
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if self.lookup is not None and N:
-            hidden = hidden + self.lookup(embedded, self.lookup_source(tower, image), image_mask,
-                                          right_context=not seq2seq, hidden=hidden)
+            source = self.lookup_source(tower, image, image_index)  # (B, N, ·)
+            hidden = hidden + self.lookup(embedded, source, image_mask, right_context=not seq2seq,
+                                          hidden=hidden)
         return hidden, attention
 
     def save_pretrained(self, folder: str | Path) -> None:
