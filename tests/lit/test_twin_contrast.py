@@ -82,29 +82,45 @@ def test_without_twin_photos_the_error_names_the_setting():
         twin_contrast_loss(task_model(0), batch)
 
 
-def train_on_twins(net: VitBert, steps: int = 300) -> tuple[float, float]:
+def train_on_twins(net: VitBert, encoder_grad: bool = False, steps: int = 300
+                   ) -> tuple[float, float]:
     """The twin loss's mean over the first and the last 20 steps of training on it alone."""
     optimizer = torch.optim.AdamW(net.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(1)
     losses = []
     for _ in range(steps):
-        loss, parts = training_loss(net, scenes(64, generator), generation_probability=0.0,
-                                    mask_token_id=MASK, twin_weight=1.0)
+        loss = twin_contrast_loss(net, scenes(64, generator), encoder_grad)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(parts["train/twin_loss"].item())
+        losses.append(loss.item())
     return sum(losses[:20]) / 20, sum(losses[-20:]) / 20
 
 
 def test_the_twin_contrast_teaches_the_lookup_to_bind_and_not_the_encoder_alone():
-    # Measured: with the lookup 0.693 → 0.0002 in 300 steps; without it 0.693 → 0.71 (seeds 1
-    # and 2): the encoder's two layers do not find the two-step circuit (docs/binding.md).
-    first, last = train_on_twins(task_model(lookup_heads=2))
+    # Measured: with the lookup (the encoder untouched by the contrast) 0.693 → 0.001 in 600
+    # steps; without it, the encoder trained by the contrast, 0.693 → 0.71 in 300 (seeds 1 and
+    # 2): the encoder's two layers do not find the two-step circuit (docs/binding.md).
+    first, last = train_on_twins(task_model(lookup_heads=2), steps=600)
     assert first == pytest.approx(math.log(2), abs=0.05)  # starts at chance
     assert last < 0.05, f"with the lookup: twin loss {first:.3f} → {last:.3f}"
-    _, last_plain = train_on_twins(task_model(lookup_heads=0))
+    _, last_plain = train_on_twins(task_model(lookup_heads=0), encoder_grad=True)
     assert last_plain > 0.6, f"without the lookup the twin loss fell to {last_plain:.3f}"
+
+
+def test_the_twin_contrast_trains_the_lookup_not_the_encoder():
+    net = task_model(lookup_heads=2)
+    torch.nn.init.normal_(net.lookup.out.weight, std=0.02)  # at zero it passes no gradient on
+    batch = scenes(16, torch.Generator().manual_seed(0))
+    _, parts = training_loss(net, batch, generation_probability=0.0, mask_token_id=MASK,
+                             twin_weight=1.0)
+    parts["train/twin_loss"].backward()  # as training computes it
+    encoder = [p.grad for p in net.text.encoder.parameters()]
+    assert all(g is None or not g.any() for g in encoder), "the contrast reached the encoder"
+    assert all(p.grad is not None and p.grad.any() for p in net.lookup.parameters())
+    net.zero_grad()
+    twin_contrast_loss(net, batch, encoder_grad=True).backward()
+    assert any(p.grad is not None and p.grad.any() for p in net.text.encoder.parameters())
 
 
 def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, monkeypatch):
@@ -113,13 +129,19 @@ def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, mon
     monkeypatch.setattr(MaskedLMModule, "training_step", lambda *args: steps.append(1))
     with pytest.raises(ValueError, match=r"add --data\.twin_photos true"):
         main(["fit", "--trainer.max_steps", "1", "--model.twin_weight", "1",
+              "--model.net.neighbour_lookup_heads", "2",
               *tiny_shapes(tmp_path / "shapes", num_train=128), *TINY_MODEL])
     assert not steps  # stopped before the first step, not at it
 
 
 def test_twin_photos_without_the_contrast_warn_that_they_go_unread():
     with pytest.warns(UserWarning, match="model.twin_weight"):
-        check_twin_settings(0.0, True)
+        check_twin_settings(0.0, True, lookup_heads=4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        check_twin_settings(1.0, True)  # the pair: neither
+        check_twin_settings(1.0, True, lookup_heads=4)  # the pair: neither
+
+
+def test_the_contrast_without_a_lookup_to_train_names_the_setting():
+    with pytest.raises(ValueError, match=r"--model\.net\.neighbour_lookup_heads 4"):
+        check_twin_settings(1.0, True, lookup_heads=0)

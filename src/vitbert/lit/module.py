@@ -97,7 +97,8 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
         if stage == "fit" and datamodule is not None:
-            check_twin_settings(self.hparams.twin_weight, getattr(datamodule, "twin_photos", False))
+            check_twin_settings(self.hparams.twin_weight, getattr(datamodule, "twin_photos", False),
+                                self.net.config.neighbour_lookup_heads)
         if stage == "fit" and self.hparams.itm_swap_negatives and self.itm_head is not None:
             self.swaps = SwapNegatives.from_captions(self.tokenizer,
                                                      datamodule.dataset("train").captions)

@@ -164,6 +164,7 @@ class VitBert(nn.Module):
         image_features: Tensor | None = None,
         attention_mode: AttentionMode = "bidirectional",
         image_index: Tensor | None = None,
+        encoder_grad: bool = True,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """MLM logits: (M, V) at ``target_mask`` positions, else (B, T, V) at every word.
 
@@ -182,10 +183,14 @@ class VitBert(nn.Module):
         its own copy of the photo (the gather's backward sums the captions' gradients into their
         photo). Only stochastic layers differ, and only in the draw: in training, the image
         tower's drop_path draws once per photo rather than once per caption.
+
+        ``encoder_grad=False`` runs the joint encoder without gradient: a loss on these logits
+        then trains the neighbour lookup, the tower and the head, not the encoder (the twin
+        contrast, :mod:`vitbert.lit.twins`).
         """
         hidden, attention = self.encode(input_ids, attention_mask, images, image_mask,
                                         return_attention, image_features, attention_mode,
-                                        image_index)
+                                        image_index, encoder_grad)
         if target_mask is not None:
             hidden = hidden[target_mask.bool()]  # (M, D)
         logits = self.mlm_head(hidden)  # (M, V) or (B, T, V)
@@ -195,7 +200,7 @@ class VitBert(nn.Module):
                image_mask: Tensor | None = None, return_attention: bool = False,
                image_features: Tensor | None = None,
                attention_mode: AttentionMode = "bidirectional", image_index: Tensor | None = None,
-               ) -> tuple[Tensor, list[Tensor] | None]:
+               encoder_grad: bool = True) -> tuple[Tensor, list[Tensor] | None]:
         """The encoder's word rows (B, T, D), before any head, and the attention weights when
         asked (else None); arguments as :meth:`forward`'s. Row 0 is the caption's [CLS], which
         has read every word and image token: the image-text matching head's input
@@ -220,7 +225,8 @@ class VitBert(nn.Module):
             keep = torch.cat((image_mask.bool(), keep), dim=1)  # (B, L)
         seq2seq = attention_mode == "seq2seq"
         mask = seq2seq_mask(N, keep) if seq2seq else key_padding_mask(keep)  # (B, 1, L|1, L)
-        out = self.text.encoder(words, AttentionContext(mask), return_attention)
+        with torch.set_grad_enabled(encoder_grad and torch.is_grad_enabled()):
+            out = self.text.encoder(words, AttentionContext(mask), return_attention)
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if self.lookup is not None and N:
