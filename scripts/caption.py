@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""Write a caption for each photo: greedy, beam search, or Mask-Predict.
+"""Write a caption for each photo: greedy, beam search, Mask-Predict, or sampled and reranked.
 
     python scripts/caption.py --ckpt runs/latest/checkpoints/last.ckpt --image photo.png
     python scripts/caption.py --ckpt export/ --image a.png b.png --num-beams 3 --json
     python scripts/caption.py --ckpt mlm_only.ckpt --image a.png --method mask-predict
+    python scripts/caption.py --ckpt runs/latest/checkpoints/last.ckpt --image a.png --method rerank
 
 Greedy and beam search need a model trained with the generation objective
 (``--model.generation_probability`` > 0, as the embedded default is); Mask-Predict writes with any
-checkpoint, an MLM-only one included. ``--ckpt`` takes a ``.ckpt`` written by scripts/train.py or
-an exported folder (config.json, model.safetensors, tokenizer.json).
+checkpoint, an MLM-only one included. Rerank writes the greedy caption and --num-samples sampled
+ones and keeps the one the contrastive heads match best to the photo (a model trained with
+--model.itc_weight, as the embedded default is). ``--ckpt`` takes a ``.ckpt`` written by
+scripts/train.py or an exported folder (config.json, model.safetensors, tokenizer.json).
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from pathlib import Path
 
 from vitbert.script_args import add_runtime_arguments, fail
 
-METHODS = ("greedy", "beam", "mask-predict")  # vitbert.captioner.METHODS, without importing torch
+# vitbert.captioner.METHODS, without importing torch
+METHODS = ("greedy", "beam", "mask-predict", "rerank")
 EPILOG = """\
 --json prints a list with one object per photo, in the order given:
   [{"image": "a.png", "captions": [{"caption", "score", "generated_text"}, ...]}, ...]
 score: the caption's log-probability per piece (the closing [SEP] counted; beam search divides
-by length ** --length-penalty); Mask-Predict's is the mean over its pieces.
+by length ** --length-penalty); Mask-Predict's is the mean over its pieces. Rerank adds
+"similarity", the contrastive score (cosine) that orders its captions.
 
 exit status: 0 on success; 2 for a missing or unreadable image, a file that is not a vitbert
 checkpoint or lacks its tokenizer, or unusable numbers (--num-beams < 1, ...). On an error
@@ -45,8 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--method", choices=METHODS, default=None,
                         help="default: greedy for one beam, beam for --num-beams > 1")
     parser.add_argument("--num-beams", type=int, default=1, help="beams (default 1)")
+    parser.add_argument("--num-samples", type=int, default=15,
+                        help="rerank: captions sampled beside the greedy one (default 15)")
     parser.add_argument("--num-return-sequences", type=int, default=1,
-                        help="captions per photo, best first (at most --num-beams)")
+                        help="captions per photo, best first (at most --num-beams, or "
+                             "--num-samples + 1 for rerank)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="word pieces at most (default: as many as the model's positions)")
     parser.add_argument("--length-penalty", type=float, default=1.0,
@@ -69,6 +77,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
             return f"--image {image}: no such file"
     if args.num_beams < 1:
         return f"--num-beams {args.num_beams}: use at least 1"
+    if args.num_samples < 1:
+        return f"--num-samples {args.num_samples}: use at least 1"
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         return f"--max-new-tokens {args.max_new_tokens}: use at least 1"
     return None
@@ -83,7 +93,8 @@ def caption_photos(args: argparse.Namespace) -> tuple[list[dict], str]:
     loaded = time.perf_counter()
     found = captioner([str(p) for p in args.image], num_beams=args.num_beams, method=args.method,
                       max_new_tokens=args.max_new_tokens, length_penalty=args.length_penalty,
-                      num_return_sequences=args.num_return_sequences)
+                      num_return_sequences=args.num_return_sequences,
+                      num_samples=args.num_samples)
     timing = (f"load {loaded - start:.3f} s, {len(args.image)} caption(s) "
               f"{time.perf_counter() - loaded:.3f} s on {captioner.device}")
     return [{"image": str(path), "captions": captions}
@@ -111,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         for result in results:
             print(result["image"])
             for caption in result["captions"]:
-                print(f"  {caption['caption']}   ({caption['score']:.3f})")
+                match = (f", similarity {caption['similarity']:.3f}"
+                         if "similarity" in caption else "")
+                print(f"  {caption['caption']}   ({caption['score']:.3f}{match})")
     if args.timing:
         print(timing, file=sys.stderr)
     return 0

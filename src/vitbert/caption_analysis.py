@@ -61,7 +61,8 @@ def analyse_captions(ckpt: str | Path, split: str = "val", num_images: int | Non
     source.build_cache(int(data["image_size"]))
     dataset = CaptionDataset(source.cache_dir, split)
     model, tokenizer = load_model(ckpt)
-    captions, text_only, references = write_captions(model, tokenizer, dataset, num_images)
+    captions, text_only, references, _ = write_captions(model, tokenizer, dataset,
+                                                        num_images)
     colour_names = list(COLOURS)
     new_pairs = {(colour_names[c], SHAPES[s]) for c, s in held_out_pairs(source.seed)}
     return {"split": split, **tally(captions, text_only, [r[0] for r in references], new_pairs),

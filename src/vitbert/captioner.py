@@ -9,7 +9,9 @@ The result has the shape of the transformers ``image-to-text`` pipeline (a list 
 with ``generated_text``), plus ``caption`` and ``score`` (see :mod:`vitbert.decoding.generate`).
 Greedy and beam search need a model trained with the generation objective
 (``model.generation_probability`` > 0); ``method="mask-predict"`` also writes with an MLM-only
-model.
+model. ``method="rerank"`` writes the greedy caption and ``num_samples`` sampled ones and returns
+them by the contrastive score (:mod:`vitbert.decoding.rerank`; a model with contrastive heads):
+``score`` stays the caption's log-probability per piece, ``similarity`` is what orders them.
 """
 
 from __future__ import annotations
@@ -19,12 +21,19 @@ from typing import Literal
 
 import torch
 
-from vitbert.decoding import CaptionTokens, Generated, beam_search, greedy, mask_predict
+from vitbert.decoding import (
+    CaptionTokens,
+    Generated,
+    beam_search,
+    greedy,
+    mask_predict,
+    sample_and_rerank,
+)
 from vitbert.io import load_model
 from vitbert.predict import ImageLike, PredictError, default_device, load_image
 
-Method = Literal["greedy", "beam", "mask-predict"]
-METHODS: tuple[str, ...] = ("greedy", "beam", "mask-predict")
+Method = Literal["greedy", "beam", "mask-predict", "rerank"]
+METHODS: tuple[str, ...] = ("greedy", "beam", "mask-predict", "rerank")
 
 
 class Captioner:
@@ -47,31 +56,40 @@ class Captioner:
 
     def __call__(self, image: ImageLike | list[ImageLike] | None, num_beams: int = 1,
                  method: Method | None = None, max_new_tokens: int | None = None,
-                 length_penalty: float = 1.0, num_return_sequences: int = 1) -> list:
-        """Per image, ``num_return_sequences`` dicts ``{"caption", "score", "generated_text"}``.
+                 length_penalty: float = 1.0, num_return_sequences: int = 1,
+                 num_samples: int = 15) -> list:
+        """Per image, ``num_return_sequences`` dicts ``{"caption", "score", "generated_text"}``
+        (and ``"similarity"`` for ``method="rerank"``).
 
         One image → that list; a list of images → a list of such lists, decoded as one batch.
         ``image=None`` writes from no image at all (the text-only control). ``method`` defaults to
-        greedy for one beam and beam search for more.
+        greedy for one beam and beam search for more; ``num_samples`` is rerank's.
         """
         method = method or ("beam" if num_beams > 1 else "greedy")
         if method not in METHODS:
             raise PredictError(f"method={method!r}: use one of {', '.join(METHODS)}")
-        if num_beams < 1:
-            raise PredictError(f"num_beams={num_beams}: use at least 1")
-        if not 1 <= num_return_sequences <= (num_beams if method == "beam" else 1):
+        if num_beams < 1 or num_samples < 1:
+            raise PredictError(f"num_beams={num_beams}, num_samples={num_samples}: use at least 1")
+        most = {"beam": num_beams, "rerank": num_samples + 1}.get(method, 1)
+        if not 1 <= num_return_sequences <= most:
             raise PredictError(f"num_return_sequences={num_return_sequences}: between 1 and the "
-                               "number of beams (1 for greedy and mask-predict)")
+                               "number of beams (of samples + 1 for rerank; 1 for greedy and "
+                               "mask-predict)")
+        if method == "rerank" and (image is None or not self.model.has_itc):
+            raise PredictError("method='rerank' ranks captions against a photo by the "
+                               "contrastive score: pass a photo, and a model trained with "
+                               "--model.itc_weight 1.0 (as the embedded default is)")
         single = not isinstance(image, (list, tuple))
         images = [image] if single else list(image)
         found = self._generate(images, method, num_beams, max_new_tokens, length_penalty,
-                               num_return_sequences)
+                               num_return_sequences, num_samples)
         results = [[self._describe(g) for g in per_image] for per_image in found]
         return results[0] if single else results
 
     @torch.inference_mode()
     def _generate(self, images: list, method: str, num_beams: int, max_new_tokens: int | None,
-                  length_penalty: float, num_return_sequences: int) -> list[list[Generated]]:
+                  length_penalty: float, num_return_sequences: int, num_samples: int
+                  ) -> list[list[Generated]]:
         if any(i is None for i in images) and not all(i is None for i in images):
             raise PredictError("pass photos for all images or None for all (text-only control)")
         pixels = None
@@ -80,6 +98,10 @@ class Captioner:
         count = len(images)
         if method == "mask-predict":
             return [[g] for g in mask_predict(self.model, self.tokens, pixels, count)]
+        if method == "rerank":
+            found = sample_and_rerank(self.model, self.tokens, pixels, num_samples,
+                                      max_new_tokens=max_new_tokens)
+            return [per_image[:num_return_sequences] for per_image in found]
         if method == "greedy":
             return [[g] for g in greedy(self.model, self.tokens, pixels, count, max_new_tokens,
                                         length_penalty)]
@@ -88,7 +110,10 @@ class Captioner:
 
     def _describe(self, generated: Generated) -> dict:
         text = self.tokenizer.decode(generated.token_ids, skip_special_tokens=True)
-        return {"caption": text, "score": generated.score, "generated_text": text}
+        described = {"caption": text, "score": generated.score, "generated_text": text}
+        if generated.similarity is not None:
+            described["similarity"] = generated.similarity
+        return described
 
 
 __all__ = ["METHODS", "Captioner", "Method"]

@@ -75,3 +75,8 @@ def test_the_table_prints_a_sources_figures_as_a_headline_and_its_parts():
     assert text.endswith("colours and shapes all right 1.0% (colours 8%, shapes 6%)")
     # Without labels (a source with no figures of its own), BLEU-4 and CIDEr-D alone.
     assert format_caption_figures(figures, "val")[0].endswith("CIDEr-D 475.6")
+    reranked = {"val/bleu4_reranked": 0.6, "val/cider_reranked": 5.0,
+                "val/colour_shape_reranked": 0.9}
+    *_, last = format_caption_figures(figures | reranked, "val", CAPTION_SCORE_LABELS)
+    assert last == ("captions, reranked        BLEU-4 60.0   CIDEr-D 500.0   colours and shapes "
+                    "all right 90.0%")

@@ -1,15 +1,26 @@
-"""Decoding: the cache changes nothing, one beam is greedy, Mask-Predict fills every [MASK]."""
+"""Decoding: the cache changes nothing, one beam is greedy, Mask-Predict fills every [MASK],
+sampling draws from the model's distribution, reranking orders by the contrastive score."""
 
 import pytest
 import torch
 
-from vitbert.decoding import CaptionTokens, beam_search, greedy, mask_predict
+from vitbert.decoding import (
+    CaptionTokens,
+    Generated,
+    beam_search,
+    greedy,
+    mask_predict,
+    rerank,
+    sample,
+    sample_and_rerank,
+)
+from vitbert.decoding.generate import _NextWord, _restrict
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
 
 TOKENS = CaptionTokens(cls=2, sep=3, mask=4, banned=(0, 1, 2, 4))
 
 
-def random_model(lookup_heads: int = 0, chroma_dim: int = 0) -> VitBert:
+def random_model(lookup_heads: int = 0, chroma_dim: int = 0, itc_dim: int = 0) -> VitBert:
     """A tiny model with large random weights: pieces that depend on the image and on the words
     written, not a near-uniform guess; a [SEP] bias that ends captions at different lengths.
     With ``lookup_heads`` the neighbour lookup too (its output no longer zero), with
@@ -18,7 +29,7 @@ def random_model(lookup_heads: int = 0, chroma_dim: int = 0) -> VitBert:
                              patch_size=8, dim=32, depth=1, num_heads=2, chroma_dim=chroma_dim)
     text = TextTowerConfig(dim=24, depth=2, num_heads=2, max_len=12)
     torch.manual_seed(0)
-    net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30,
+    net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30, itc_dim=itc_dim,
                                 neighbour_lookup_heads=lookup_heads)).eval()
     with torch.no_grad():
         for param in net.parameters():
@@ -89,3 +100,62 @@ def test_mask_predict_fills_every_mask(model, images):
         assert len(g.token_ids) in (3, 5, 10)  # 30 is cut to what the positions hold
         assert TOKENS.mask not in g.token_ids
         assert not set(g.token_ids) & {0, 1, 2, 3, 4}
+
+
+def test_cached_and_uncached_sampling_draw_the_same_and_a_seed_repeats(model, images):
+    cached = sample(model, TOKENS, images, num_samples=4, seed=3)
+    uncached = sample(model, TOKENS, images, num_samples=4, seed=3, use_cache=False)
+    assert [[g.token_ids for g in per] for per in cached] == \
+           [[g.token_ids for g in per] for per in uncached]
+    assert len(cached) == len(images) and all(len(per) == 4 for per in cached)
+    other = sample(model, TOKENS, images, num_samples=4, seed=4)
+    assert [[g.token_ids for g in per] for per in other] != \
+           [[g.token_ids for g in per] for per in cached]
+
+
+def test_sampling_cold_is_greedy_with_greedys_scores(model, images):
+    by_greedy = greedy(model, TOKENS, images)
+    cold = sample(model, TOKENS, images, num_samples=2, temperature=1e-3)
+    for g, drawn in zip(by_greedy, cold, strict=True):
+        for s in drawn:
+            assert s.token_ids == g.token_ids
+            assert s.score == pytest.approx(g.score, abs=1e-4)  # untempered log-probabilities
+
+
+def test_the_first_piece_is_drawn_with_the_models_probabilities():
+    net, photo = random_model(), torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8)
+    written = torch.full((1, 1), TOKENS.cls)
+    wanted = _restrict(_NextWord(net, TOKENS, photo, 1, True)(written), TOKENS, 0).exp()[0]
+    n = 4000
+    drawn = torch.tensor([s.token_ids[0] for s in sample(net, TOKENS, photo, num_samples=n)[0]])
+    share = torch.bincount(drawn, minlength=len(wanted)).float() / n
+    # A share's standard error is at most 0.5 / sqrt(4000) = 0.008: 0.04 is five of them.
+    assert (share - wanted).abs().max() < 0.04
+    assert (wanted > 0.05).sum() >= 2  # the test means something: several likely pieces
+
+
+@torch.no_grad()
+def test_rerank_orders_by_the_photos_similarity_to_each_caption_read_alone(images):
+    net = random_model(itc_dim=8)
+    found = [[Generated([5, 6, 7], -1.0), Generated([8], -2.0), Generated([5, 6, 7], -1.0),
+              Generated([9, 10, 11, 12, 13], -3.0)] for _ in images]
+    ranked = rerank(net, TOKENS, images, found)
+    photos = net.embed_images(images)
+    distinct = [(5, 6, 7), (8,), (9, 10, 11, 12, 13)]  # the duplicate is scored once
+    for photo, per_image in zip(photos, ranked, strict=True):
+        assert sorted(tuple(g.token_ids) for g in per_image) == distinct
+        for g in per_image:  # each caption alone, unpadded: padding changes nothing
+            ids = torch.tensor([[TOKENS.cls, *g.token_ids, TOKENS.sep]])
+            alone = net.embed_texts(ids, torch.ones_like(ids, dtype=torch.bool))[0]
+            assert g.similarity == pytest.approx(float(alone @ photo), abs=1e-5)
+        similarities = [g.similarity for g in per_image]
+        assert similarities == sorted(similarities, reverse=True)
+    assert len({tuple(r[0].token_ids) for r in ranked}) > 1  # the photos choose differently
+
+
+def test_sample_and_rerank_offers_the_greedy_caption_among_the_samples(images):
+    net = random_model(itc_dim=8)
+    by_greedy = greedy(net, TOKENS, images)
+    for g, candidates in zip(by_greedy, sample_and_rerank(net, TOKENS, images, 6), strict=True):
+        assert g.token_ids in [c.token_ids for c in candidates]
+        assert 1 <= len(candidates) <= 7

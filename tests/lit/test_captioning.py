@@ -63,6 +63,36 @@ def test_caption_figures_with_and_without_the_image():
     assert seen[0][1] == [CAPTIONS[:1], CAPTIONS[1:3], CAPTIONS[:1]]  # every reference of each
 
 
+def test_a_model_with_contrastive_heads_adds_the_reranked_captions(monkeypatch):
+    from vitbert.lit import captioning
+
+    tokenizer = train_wordpiece(CAPTIONS * 5, vocab_size=100, min_frequency=1)
+    image = ImageTowerConfig(kind="vit", image_size=16, patch_size=8, dim=16, depth=1,
+                             num_heads=2)
+    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=16)
+    net = VitBert(VitBertConfig(image=image, text=text, vocab_size=len(tokenizer), itc_dim=8))
+    dataset = FakeDataset([0, 1, 1, 2], CAPTIONS + CAPTIONS[:1])
+    chosen = []
+    real = captioning.sample_and_rerank
+
+    def spy(*args, **kwargs):
+        found = real(*args, **kwargs)
+        chosen.extend(tokenizer.decode(f[0].token_ids, skip_special_tokens=True) for f in found)
+        return found
+
+    monkeypatch.setattr(captioning, "sample_and_rerank", spy)
+    written = {}
+
+    def scores(candidates, references):
+        written[len(written)] = list(candidates)
+        return {}
+
+    figures = caption_figures(net, tokenizer, dataset, scores=scores, rerank_samples=4)
+    assert {"bleu4_reranked", "cider_reranked"} <= set(figures)
+    assert written[2] == chosen and len(chosen) == 3  # the reranked set: each image's first
+    assert "bleu4_reranked" not in caption_figures(net, tokenizer, dataset, rerank_samples=0)
+
+
 def test_ddp_shares_are_put_back_in_order(monkeypatch):
     """Process r captions images r, r + W, …: the gathered lists interleave back to the order of
     one process, also when the shares differ in length."""

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from helpers import SCRIPTS, load_script
 
 SCRIPT = SCRIPTS / "caption.py"
@@ -48,6 +49,23 @@ def test_a_list_of_images_is_one_batch_with_per_image_results(captioner, trained
     assert [b["score"] for b in beams] == sorted((b["score"] for b in beams), reverse=True)
 
 
+def test_rerank_returns_the_candidates_by_similarity(trained):
+    from vitbert import Captioner
+    from vitbert.io import load_model
+    from vitbert.models import VitBert
+
+    model, tokenizer = load_model(trained.ckpt)
+    model.config.itc_dim = 16  # the trained model has no contrastive heads: random ones
+    torch.manual_seed(0)
+    captioner = Captioner(VitBert(model.config), tokenizer, device="cpu")
+    found = captioner(trained.photo, method="rerank", num_samples=5, num_return_sequences=6)
+    assert 1 <= len(found) <= 6
+    assert all(set(c) == {"caption", "score", "generated_text", "similarity"} for c in found)
+    similarities = [c["similarity"] for c in found]
+    assert similarities == sorted(similarities, reverse=True)
+    assert captioner(trained.photo, method="greedy")[0]["caption"] in [c["caption"] for c in found]
+
+
 def test_exported_folder_writes_the_same_caption(captioner, trained):
     from vitbert import Captioner
 
@@ -64,6 +82,10 @@ def test_bad_arguments_are_clear_errors(captioner, trained):
         captioner(trained.photo, num_beams=2, num_return_sequences=3)
     with pytest.raises(PredictError, match="None for all"):
         captioner([trained.photo, None])
+    with pytest.raises(PredictError, match=r"--model\.itc_weight 1\.0"):
+        captioner(trained.photo, method="rerank")  # no contrastive heads to rank with
+    with pytest.raises(PredictError, match="num_samples=0"):
+        captioner(trained.photo, method="rerank", num_samples=0)
 
 
 def test_cli_json_schema(trained, capsys):
@@ -80,7 +102,8 @@ def test_cli_json_schema(trained, capsys):
 
 
 @pytest.mark.parametrize("case", ["missing_image", "unreadable_image", "not_a_checkpoint",
-                                  "no_tokenizer", "beams", "return_sequences"])
+                                  "no_tokenizer", "beams", "return_sequences", "samples",
+                                  "rerank_without_contrastive_heads"])
 def test_cli_errors_exit_2_with_one_line(case, trained, tmp_path, capsys, unreadable_image,
                                          not_a_checkpoint, no_tokenizer_ckpt):
     argv = {
@@ -92,6 +115,10 @@ def test_cli_errors_exit_2_with_one_line(case, trained, tmp_path, capsys, unread
                   "0"],
         "return_sequences": ["--ckpt", str(trained.ckpt), "--image", str(trained.photo),
                              "--num-return-sequences", "2"],
+        "samples": ["--ckpt", str(trained.ckpt), "--image", str(trained.photo), "--method",
+                    "rerank", "--num-samples", "0"],
+        "rerank_without_contrastive_heads": ["--ckpt", str(trained.ckpt), "--image",
+                                             str(trained.photo), "--method", "rerank"],
     }[case]
     assert script.main([*argv, "--json"]) == 2
     captured = capsys.readouterr()

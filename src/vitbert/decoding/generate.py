@@ -13,6 +13,9 @@ Mask-Predict (Ghazvininejad et al. 2019) needs no generation training: write N [
 [CLS] and [SEP], predict them all under the bidirectional mask, re-mask the least confident and
 predict again, T times, for several lengths N; keep the length whose words are most probable.
 
+Sampling draws each piece from the next-piece distribution (at a temperature), N captions per
+image: the candidates :mod:`vitbert.decoding.rerank` chooses among.
+
 Scores are log-probabilities: the sum over the written pieces (the closing [SEP] included) divided
 by ``length ** length_penalty``; Mask-Predict's is the mean over its pieces.
 Shapes: B images (or captions), K beams, R = B·K rows decoded together, t pieces written, V vocab.
@@ -49,10 +52,12 @@ class CaptionTokens:
 
 @dataclass
 class Generated:
-    """One caption: its word pieces (no [CLS], no [SEP]) and its score (see the module doc)."""
+    """One caption: its word pieces (no [CLS], no [SEP]), its score (see the module doc) and, once
+    reranked (:mod:`vitbert.decoding.rerank`), its contrastive similarity to the photo."""
 
     token_ids: list[int]
     score: float
+    similarity: float | None = None
 
 
 class _NextWord:
@@ -134,6 +139,20 @@ def _rows(images: Tensor | None, num_captions: int | None) -> int:
     return num_captions
 
 
+def _finished(written: Tensor, total: Tensor, length: Tensor, tokens: CaptionTokens,
+              length_penalty: float = 1.0) -> list[Generated]:
+    """Rows written one piece at a time, each idling on [SEP] once done: ``written`` (R, 1 + t)
+    from [CLS] on, ``total`` (R,) their summed log-probabilities over ``length`` (R,) pieces."""
+    results = []
+    for row, score, n in zip(written[:, 1:].tolist(), total.tolist(), length.tolist(),
+                             strict=True):
+        pieces = row[:n]
+        if pieces and pieces[-1] == tokens.sep:
+            pieces = pieces[:-1]
+        results.append(Generated(pieces, score / n**length_penalty))
+    return results
+
+
 @torch.no_grad()
 def greedy(model, tokens: CaptionTokens, images: Tensor | None, num_captions: int | None = None,
            max_new_tokens: int | None = None, length_penalty: float = 1.0,
@@ -159,14 +178,41 @@ def greedy(model, tokens: CaptionTokens, images: Tensor | None, num_captions: in
         done |= piece == tokens.sep
         if done.all():
             break
-    results = []
-    for row, score, n in zip(written[:, 1:].tolist(), total.tolist(), length.tolist(),
-                             strict=True):
-        pieces = row[:n]
-        if pieces and pieces[-1] == tokens.sep:
-            pieces = pieces[:-1]
-        results.append(Generated(pieces, score / n**length_penalty))
-    return results
+    return _finished(written, total, length, tokens, length_penalty)
+
+
+@torch.no_grad()
+def sample(model, tokens: CaptionTokens, images: Tensor | None, num_captions: int | None = None,
+           num_samples: int = 16, temperature: float = 1.0, max_new_tokens: int | None = None,
+           seed: int = 0, use_cache: bool = True) -> list[list[Generated]]:
+    """``num_samples`` captions per image, each piece drawn from the next-piece distribution at
+    ``temperature`` (the same ``seed``, the same captions). Their scores are greedy's: the
+    log-probability per piece, untempered. Arguments otherwise as :func:`greedy`'s."""
+    if num_samples < 1 or temperature <= 0:
+        raise ValueError(f"num_samples={num_samples}, temperature={temperature}: use at least "
+                         "one sample and a temperature above 0")
+    B, K = _rows(images, num_captions), num_samples
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    next_word = _NextWord(model, tokens, images, B, use_cache)  # the tower runs once per image
+    next_word.select(torch.arange(B, device=device).repeat_interleave(K))  # R = B·K rows
+    written = torch.full((B * K, 1), tokens.cls, dtype=torch.long, device=device)  # (R, 1)
+    total = torch.zeros(B * K, device=device)
+    length = torch.zeros(B * K, dtype=torch.long, device=device)
+    done = torch.zeros(B * K, dtype=torch.bool, device=device)
+    for step in range(_limit(model, max_new_tokens)):
+        log_probs = _restrict(next_word(written), tokens, step)  # (R, V)
+        drawn = (log_probs / temperature).softmax(dim=-1)  # (R, V)
+        piece = torch.multinomial(drawn, 1, generator=generator).squeeze(1)  # (R,)
+        total += log_probs.gather(1, piece[:, None]).squeeze(1).masked_fill(done, 0.0)
+        length += (~done).long()
+        piece = piece.masked_fill(done, tokens.sep)
+        written = torch.cat((written, piece[:, None]), dim=1)
+        done |= piece == tokens.sep
+        if done.all():
+            break
+    captions = _finished(written, total, length, tokens)
+    return [captions[b * K:(b + 1) * K] for b in range(B)]
 
 
 @torch.no_grad()

@@ -5,7 +5,10 @@
 against *all* references of each image, and logs ``{stage}/bleu4``, ``{stage}/cider`` and
 whatever figures the data module's source adds (``DataSource.caption_scores``: on the shapes
 data, ``{stage}/colour_shape``, the share of captions naming both objects' colours and shapes
-right). The control, suffixed ``_text``, is the caption written from no image at all.
+right). The control, suffixed ``_text``, is the caption written from no image at all. A model
+with contrastive heads also writes, per image, the greedy caption and ``rerank_samples`` sampled
+ones and keeps the one the contrastive score prefers (:mod:`vitbert.decoding.rerank`), suffixed
+``_reranked``.
 Under DDP each process writes the captions of every ``world_size``-th image and they are
 gathered, so every process scores the whole sample, and the work is shared.
 It runs only for a model trained with the generation objective (``generation_probability`` > 0);
@@ -19,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from vitbert.decoding import CaptionTokens, greedy
+from vitbert.decoding import CaptionTokens, greedy, sample_and_rerank
 from vitbert.lit.caption_metrics import CaptionMetrics
 from vitbert.lit.evaluation import SplitEvaluation
 
@@ -50,11 +53,17 @@ class CaptionEvaluation(SplitEvaluation):
         num_images: images sampled per validation (the test uses every image of its split);
             0 turns it off.
         batch_size: images captioned at once.
+        rerank_samples: captions sampled per image beside the greedy one, for the reranked
+            figures (a model with contrastive heads only); 0 leaves them out.
     """
 
-    def __init__(self, num_images: int = 200, batch_size: int = 100) -> None:
+    def __init__(self, num_images: int = 200, batch_size: int = 100,
+                 rerank_samples: int = 15) -> None:
         super().__init__(num_images)
+        if rerank_samples < 0:
+            raise ValueError(f"captions.rerank_samples {rerank_samples}: use 0 (off) or more")
         self.batch_size = batch_size
+        self.rerank_samples = rerank_samples
 
     def figures(self, trainer, pl_module, dataset, limit: int | None) -> dict[str, float] | None:
         if not pl_module.hparams.get("generation_probability"):
@@ -62,30 +71,43 @@ class CaptionEvaluation(SplitEvaluation):
         source = getattr(trainer.datamodule, "source", None)
         return caption_figures(pl_module.net, pl_module.tokenizer, dataset, limit,
                                self.batch_size, trainer.global_rank, trainer.world_size,
-                               getattr(source, "caption_scores", None))
+                               getattr(source, "caption_scores", None), self.rerank_samples)
 
 
 def write_captions(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,
-                   rank: int = 0, world_size: int = 1) -> tuple[list[str], str, list[list[str]]]:
+                   rank: int = 0, world_size: int = 1, rerank_samples: int = 0
+                   ) -> tuple[list[str], str, list[list[str]], list[str] | None]:
     """Greedy captions of a split's images (a fixed sample of ``limit``), the one caption written
-    from no image (the control: with no image every caption is the same greedy sentence), and
-    each image's references. With ``world_size`` > 1 (DDP) this process writes the captions of
-    images ``rank``, ``rank + world_size``, … and every process returns them all, in order."""
+    from no image (the control: with no image every caption is the same greedy sentence), each
+    image's references, and with ``rerank_samples`` (a model with contrastive heads) the
+    reranked captions, else None. With ``world_size`` > 1 (DDP) this process writes the
+    captions of images ``rank``, ``rank + world_size``, … and every process returns them all,
+    in order."""
     tokens = CaptionTokens.from_tokenizer(tokenizer)
     device = next(net.parameters()).device
     _, firsts, references = images_and_references(dataset, limit)
     mine = firsts[rank::world_size]
+    rerank = rerank_samples > 0 and net.has_itc
     was_training = net.training
     net.eval()
-    captions = []
+    captions, reranked = [], []
+
+    def text(pieces: list[int]) -> str:
+        return tokenizer.decode(pieces, skip_special_tokens=True)
+
     for start in range(0, len(mine), batch_size):
         pixels = torch.stack([dataset[i]["image"] for i in mine[start:start + batch_size]])
-        captions += [tokenizer.decode(g.token_ids, skip_special_tokens=True)
-                     for g in greedy(net, tokens, pixels.to(device))]
-    text_only = tokenizer.decode(greedy(net, tokens, None, 1)[0].token_ids,
-                                 skip_special_tokens=True)
+        pixels = pixels.to(device)
+        written = greedy(net, tokens, pixels)
+        captions += [text(g.token_ids) for g in written]
+        if rerank:
+            found = sample_and_rerank(net, tokens, pixels, rerank_samples, seed=start,
+                                      greedy_captions=written)
+            reranked += [text(best.token_ids) for best, *_ in found]
+    text_only = text(greedy(net, tokens, None, 1)[0].token_ids)
     net.train(was_training)
-    return gather_in_order(captions, world_size), text_only, references
+    return (gather_in_order(captions, world_size), text_only, references,
+            gather_in_order(reranked, world_size) if rerank else None)
 
 
 def gather_in_order(mine: list, world_size: int) -> list:
@@ -102,15 +124,19 @@ CaptionScores = Callable[[Sequence[str], Sequence[Sequence[str]]], dict[str, flo
 
 
 def caption_figures(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,
-                    rank: int = 0, world_size: int = 1, scores: CaptionScores | None = None
-                    ) -> dict[str, float]:
+                    rank: int = 0, world_size: int = 1, scores: CaptionScores | None = None,
+                    rerank_samples: int = 0) -> dict[str, float]:
     """BLEU-4, CIDEr-D and ``scores`` (a data source's own figures, ``(candidates, references)
-    → {name: value}``) of greedy captions, with the image and without (``rank`` /
-    ``world_size``: the images shared among DDP processes, :func:`write_captions`)."""
-    captions, text_only, references = write_captions(net, tokenizer, dataset, limit, batch_size,
-                                                     rank, world_size)
+    → {name: value}``) of greedy captions, with the image and without, and of the reranked
+    ones where the model can rerank (``rank`` / ``world_size``: the images shared among DDP
+    processes, :func:`write_captions`)."""
+    captions, text_only, references, reranked = write_captions(
+        net, tokenizer, dataset, limit, batch_size, rank, world_size, rerank_samples)
+    sets = [("", captions), ("_text", [text_only] * len(captions))]
+    if reranked is not None:
+        sets.append(("_reranked", reranked))
     figures = {}
-    for suffix, written in (("", captions), ("_text", [text_only] * len(captions))):
+    for suffix, written in sets:
         metrics = CaptionMetrics()
         metrics.update(written, references)
         extra = scores(written, references) if scores is not None else {}

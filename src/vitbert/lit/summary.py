@@ -62,7 +62,8 @@ def format_caption_figures(figures: dict[str, float], stage: str = "val",
     own figures named in ``caption_labels`` (name → label, in order): the first as a headline
     share, the rest as its parts in parentheses."""
     lines = []
-    for suffix, description in (("", "captions, with the photo"), ("_text", "captions, no image")):
+    for suffix, description in (("", "captions, with the photo"), ("_text", "captions, no image"),
+                                ("_reranked", "captions, reranked")):
         if f"{stage}/cider{suffix}" not in figures:
             continue
         line = (f"{description:<26}BLEU-4 {100 * figures[f'{stage}/bleu4{suffix}']:.1f}   "

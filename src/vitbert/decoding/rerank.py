@@ -1,0 +1,71 @@
+"""Sample, then rerank: of several captions the writer finds likely, keep the one whose whole
+sentence best matches the photo.
+
+Why: written left to right, a caption's second object begins with a word that comes before
+anything saying which object it is ("a small red circle left of a large ___"): the writer has to
+choose the object not yet named, and where it fails it names the first object twice, each word
+likely given the ones before it. A score of the whole caption against the photo sees that the
+second object is missing. The contrastive heads (ALBEF's ITC, :mod:`vitbert.models.contrastive`)
+give such a score in one text pass per caption: sampling N captions and keeping the one they
+score highest is how DALL·E's images were chosen with CLIP and how BLIP filters its synthetic
+captions. The greedy caption is among the candidates, so the choice can only fall on a caption
+the contrastive score prefers to it.
+
+Measured (docs/binding.md): on the embedded default with the binding recipe, at a seed whose
+greedy captions named both objects right in 44% of 100 validation pictures, the greedy caption
+and 15 samples reranked this way name them right in 85% (the best of the 16 would be 88%).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from vitbert.decoding.generate import CaptionTokens, Generated, greedy, sample
+
+
+def caption_rows(tokens: CaptionTokens, captions: list[Generated], max_len: int
+                 ) -> tuple[Tensor, Tensor]:
+    """Captions → ``[CLS] pieces [SEP]`` rows, padded (C, T) and their attention mask (C, T);
+    pieces past ``max_len`` - 2 are cut, as the tokenizer cuts."""
+    rows = [[tokens.cls, *c.token_ids[:max_len - 2], tokens.sep] for c in captions]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)  # [PAD] is 0 in BERT's vocabulary
+    keep = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row)
+        keep[i, :len(row)] = True
+    return ids, keep
+
+
+@torch.no_grad()
+def rerank(model, tokens: CaptionTokens, images: Tensor, candidates: list[list[Generated]]
+           ) -> list[list[Generated]]:
+    """Per image its candidates (duplicates dropped), by contrastive similarity to the photo,
+    best first, each with ``similarity`` set. ``images`` (B, 3, S, S); the model needs its
+    contrastive heads (``net.itc_dim`` > 0)."""
+    device = images.device
+    photos = model.embed_images(images)  # (B, E), unit vectors
+    results = []
+    for photo, found in zip(photos, candidates, strict=True):
+        unique = list({tuple(c.token_ids): c for c in found}.values())
+        ids, keep = caption_rows(tokens, unique, model.config.text.max_len)
+        texts = model.embed_texts(ids.to(device), keep.to(device))  # (C, E)
+        similarity = (texts @ photo).tolist()  # (C,)
+        order = sorted(range(len(unique)), key=lambda i: -similarity[i])  # ties: greedy first
+        results.append([Generated(unique[i].token_ids, unique[i].score, similarity[i])
+                        for i in order])
+    return results
+
+
+def sample_and_rerank(model, tokens: CaptionTokens, images: Tensor, num_samples: int = 15,
+                      temperature: float = 1.0, max_new_tokens: int | None = None,
+                      seed: int = 0, greedy_captions: list[Generated] | None = None
+                      ) -> list[list[Generated]]:
+    """The greedy caption (``greedy_captions`` when written already) and ``num_samples``
+    sampled ones per image (:func:`sample`), reranked (:func:`rerank`): per image the distinct
+    candidates, best first."""
+    first = greedy_captions or greedy(model, tokens, images, max_new_tokens=max_new_tokens)
+    drawn = sample(model, tokens, images, num_samples=num_samples, temperature=temperature,
+                   max_new_tokens=max_new_tokens, seed=seed)
+    return rerank(model, tokens, images, [[g, *s] for g, s in zip(first, drawn, strict=True)])
