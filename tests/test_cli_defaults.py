@@ -47,7 +47,9 @@ def lookup(tree: dict, dotted: str):
 
 # What configs/default.yaml switches on over the neutral class defaults, with the class default.
 SWITCHED_ON = {"model.net.image.attention_radius": (2, None),
-               "model.word_detection_weight": (10.0, 0.0), "model.itc_weight": (1.0, 0.0)}
+               "model.word_detection_weight": (10.0, 0.0), "model.itc_weight": (1.0, 0.0),
+               "model.net.image.chroma_dim": (32, 0), "model.net.neighbour_lookup_heads": (4, 0),
+               "model.twin_weight": (0.3, 0.0), "data.twin_photos": (True, False)}
 
 
 def parse(config: Path) -> dict:
