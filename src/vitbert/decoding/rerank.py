@@ -44,17 +44,19 @@ def rerank(model, tokens: CaptionTokens, images: Tensor, candidates: list[list[G
     """Per image its candidates (duplicates dropped), by contrastive similarity to the photo,
     best first, each with ``similarity`` set. ``images`` (B, 3, S, S); the model needs its
     contrastive heads (``net.itc_dim`` > 0)."""
-    device = images.device
     photos = model.embed_images(images)  # (B, E), unit vectors
-    results = []
-    for photo, found in zip(photos, candidates, strict=True):
-        unique = list({tuple(c.token_ids): c for c in found}.values())
-        ids, keep = caption_rows(tokens, unique, model.config.text.max_len)
-        texts = model.embed_texts(ids.to(device), keep.to(device))  # (C, E)
-        similarity = (texts @ photo).tolist()  # (C,)
-        order = sorted(range(len(unique)), key=lambda i: -similarity[i])  # ties: greedy first
-        results.append([Generated(unique[i].token_ids, unique[i].score, similarity[i])
-                        for i in order])
+    unique = [list({tuple(c.token_ids): c for c in found}.values()) for found in candidates]
+    ids, keep = caption_rows(tokens, [c for found in unique for c in found],
+                             model.config.text.max_len)  # (C, T): every image's, in one pass
+    texts = model.embed_texts(ids.to(images.device), keep.to(images.device))  # (C, E)
+    owner = torch.repeat_interleave(torch.tensor([len(found) for found in unique]))  # (C,)
+    similarity = (texts * photos[owner.to(images.device)]).sum(dim=-1).tolist()  # (C,)
+    results, start = [], 0
+    for found in unique:
+        mine = similarity[start:start + len(found)]
+        start += len(found)
+        order = sorted(range(len(found)), key=lambda i: -mine[i])  # ties: the first offered
+        results.append([Generated(found[i].token_ids, found[i].score, mine[i]) for i in order])
     return results
 
 
@@ -65,7 +67,8 @@ def sample_and_rerank(model, tokens: CaptionTokens, images: Tensor, num_samples:
     """The greedy caption (``greedy_captions`` when written already) and ``num_samples``
     sampled ones per image (:func:`sample`), reranked (:func:`rerank`): per image the distinct
     candidates, best first."""
-    first = greedy_captions or greedy(model, tokens, images, max_new_tokens=max_new_tokens)
+    first = (greedy_captions if greedy_captions is not None
+             else greedy(model, tokens, images, max_new_tokens=max_new_tokens))
     drawn = sample(model, tokens, images, num_samples=num_samples, temperature=temperature,
                    max_new_tokens=max_new_tokens, seed=seed)
     return rerank(model, tokens, images, [[g, *s] for g, s in zip(first, drawn, strict=True)])
