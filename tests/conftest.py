@@ -35,6 +35,7 @@ def _seed():
 
 TINY_NET = [
     "--model.net.image.dim", "32", "--model.net.image.depth", "1",
+    "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
     "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
     "--model.net.text.dim", "32", "--model.net.text.depth", "2",
     "--model.net.text.num_heads", "2",

@@ -119,6 +119,7 @@ main(sys.argv[1:])
 def test_training_imports_nothing_from_the_dev_extras(tmp_path):
     """What `make train` installs is enough to train: a fit with every dev extra unimportable."""
     tiny = ["--model.net.image.dim", "32", "--model.net.image.depth", "1",
+            "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
             "--model.net.image.num_heads", "2", "--model.net.text.dim", "32",
             "--model.net.text.depth", "1", "--model.net.text.num_heads", "2"]
     data = ["--data.source.init_args.root", str(tmp_path / "shapes"),

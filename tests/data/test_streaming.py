@@ -14,7 +14,7 @@ from litdata import StreamingDataset
 from shard_photos import karpathy_copy
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "lit"))
-from tiny_run import TINY_MODEL  # tests/lit/tiny_run.py, on the path above
+from tiny_run import NO_TWINS, TINY_MODEL  # tests/lit/tiny_run.py, on the path above
 
 from vitbert.cli import main
 from vitbert.data import DataError, StreamingSource
@@ -100,7 +100,7 @@ def test_twin_photos_stop_with_one_line(shards):
 def test_a_short_fit_through_the_cli(shards, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = main([
-        "fit", *TINY_MODEL, "--model.net.image.image_size", "16",
+        "fit", *TINY_MODEL, *NO_TWINS, "--model.net.image.image_size", "16",
         "--model.net.image.patch_size", "8",
         "--data.source", "vitbert.data.StreamingSource",
         "--data.source.init_args.shards", str(shards),

@@ -17,6 +17,7 @@ from vitbert.cli import main
 from vitbert.lit.module import MaskedLMModule
 
 TINY = ["--model.net.image.dim", "32", "--model.net.image.depth", "1",
+        "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
         "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
         "--model.net.text.dim", "32", "--model.net.text.depth", "1",
         "--model.net.text.num_heads", "2", "--model.num_examples", "0",

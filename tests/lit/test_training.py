@@ -329,7 +329,7 @@ def test_pretrained_image_weights_load_at_fit_start_only(tmp_path, monkeypatch):
     torch.save(reference.state_dict(), weights)
     vit = ["--model.net.image.kind", "vit", "--model.net.image.patch_size", "16",
            "--model.net.image.class_token", "true", "--model.net.image.pool", "cls",
-           "--model.net.image.pretrained", str(weights)]
+           "--model.net.image.chroma_dim", "0", "--model.net.image.pretrained", str(weights)]
     cli = fit(tmp_path, *vit, steps=0, run="pretrained")
     ours = cli.model.net.image_tower.patch_embed.proj.weight
     torch.testing.assert_close(ours, reference.patch_embed.proj.weight)

@@ -129,7 +129,7 @@ def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, mon
     monkeypatch.setattr(MaskedLMModule, "training_step", lambda *args: steps.append(1))
     with pytest.raises(ValueError, match=r"add --data\.twin_photos true"):
         main(["fit", "--trainer.max_steps", "1", "--model.twin_weight", "1",
-              "--model.net.neighbour_lookup_heads", "2",
+              "--model.net.neighbour_lookup_heads", "2", "--data.twin_photos", "false",
               *tiny_shapes(tmp_path / "shapes", num_train=128), *TINY_MODEL])
     assert not steps  # stopped before the first step, not at it
 

@@ -333,9 +333,11 @@ class CaptionDataModule(L.LightningDataModule):
         if self._image_features is not None:
             raise DataError("data.twin_photos: true shows each caption a second photo through the "
                             "image tower, and model.freeze_image_tower: true caches the tower's "
-                            "output instead: switch one of them off")
+                            "output instead: switch one of them off (the twins with "
+                            "--data.twin_photos false --model.twin_weight 0)")
         self._require_image_cache("data.twin_photos: true reads the twins' photos from an "
-                                  "image cache", "use a folder source, or twin_photos: false")
+                                  "image cache", "use a folder source, or --data.twin_photos "
+                                  "false --model.twin_weight 0")
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

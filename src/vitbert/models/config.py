@@ -166,8 +166,10 @@ class VitBertConfig:
 
 
 def _default() -> VitBertConfig:
-    """The embedded default: the dataclass defaults, each patch attending to a 5×5 window."""
-    return VitBertConfig(image=ImageTowerConfig(attention_radius=2))
+    """The embedded default: the dataclass defaults, each patch attending to a 5×5 window, hue
+    kept apart from form, and the neighbour lookup (binding, docs/binding.md)."""
+    return VitBertConfig(image=ImageTowerConfig(attention_radius=2, chroma_dim=32),
+                         neighbour_lookup_heads=4)
 
 
 def _flickr30k() -> VitBertConfig:
