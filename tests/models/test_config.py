@@ -63,11 +63,14 @@ def test_a_stored_config_from_before_local_attention_loads_as_global():
 
 
 def test_the_class_defaults_attend_globally_and_a_stored_word_pointer_is_dropped():
-    """No window by default (global attention, as every pretrained ViT; the embedded default
-    asks for one); the word pointer (a shapes-only decoding add-on, removed) in a stored config
-    reads as no setting at all."""
-    assert VitBertConfig().image.attention_radius is None
-    assert preset("default") == VitBertConfig(image=ImageTowerConfig(attention_radius=2))
+    """No window, no hue apart and no lookup by default (global attention, as every pretrained
+    ViT; the embedded default asks for them); the word pointer (a shapes-only decoding add-on,
+    removed) in a stored config reads as no setting at all."""
+    config = VitBertConfig()
+    assert (config.image.attention_radius, config.image.chroma_dim,
+            config.neighbour_lookup_heads) == (None, 0, 0)
+    assert preset("default") == VitBertConfig(
+        image=ImageTowerConfig(attention_radius=2, chroma_dim=32), neighbour_lookup_heads=4)
     stored = VitBertConfig().to_dict()
     stored["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "key_presence": True}
     assert VitBertConfig.from_dict(stored) == VitBertConfig()
