@@ -23,7 +23,7 @@ Shapes: B images (or captions), K beams, R = B·K rows decoded together, t piece
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -139,10 +139,26 @@ def _rows(images: Tensor | None, num_captions: int | None) -> int:
     return num_captions
 
 
-def _finished(written: Tensor, total: Tensor, length: Tensor, tokens: CaptionTokens,
-              length_penalty: float = 1.0) -> list[Generated]:
-    """Rows written one piece at a time, each idling on [SEP] once done: ``written`` (R, 1 + t)
-    from [CLS] on, ``total`` (R,) their summed log-probabilities over ``length`` (R,) pieces."""
+def _write(next_word: _NextWord, tokens: CaptionTokens, rows: int, steps: int,
+           choose: Callable[[Tensor], Tensor], length_penalty: float = 1.0) -> list[Generated]:
+    """Write ``rows`` captions one piece at a time, ``choose`` picking each row's next piece from
+    its log-probabilities (R, V) → (R,), until every row has written [SEP] (finished rows idle
+    on it) or ``steps`` run out."""
+    device = next(next_word.model.parameters()).device
+    written = torch.full((rows, 1), tokens.cls, dtype=torch.long, device=device)  # (R, 1)
+    total = torch.zeros(rows, device=device)
+    length = torch.zeros(rows, dtype=torch.long, device=device)
+    done = torch.zeros(rows, dtype=torch.bool, device=device)
+    for step in range(steps):
+        log_probs = _restrict(next_word(written), tokens, step)  # (R, V)
+        piece = choose(log_probs)  # (R,)
+        total += log_probs.gather(1, piece[:, None]).squeeze(1).masked_fill(done, 0.0)
+        length += (~done).long()
+        piece = piece.masked_fill(done, tokens.sep)
+        written = torch.cat((written, piece[:, None]), dim=1)
+        done |= piece == tokens.sep
+        if done.all():
+            break
     results = []
     for row, score, n in zip(written[:, 1:].tolist(), total.tolist(), length.tolist(),
                              strict=True):
@@ -163,22 +179,9 @@ def greedy(model, tokens: CaptionTokens, images: Tensor | None, num_captions: in
     (then ``num_captions`` captions, the text-only control).
     """
     B = _rows(images, num_captions)
-    device = next(model.parameters()).device
     next_word = _NextWord(model, tokens, images, B, use_cache)
-    written = torch.full((B, 1), tokens.cls, dtype=torch.long, device=device)  # (B, 1)
-    total = torch.zeros(B, device=device)
-    length = torch.zeros(B, dtype=torch.long, device=device)
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    for step in range(_limit(model, max_new_tokens)):
-        best, piece = _restrict(next_word(written), tokens, step).max(dim=-1)  # (B,), (B,)
-        total += best.masked_fill(done, 0.0)
-        length += (~done).long()
-        piece = piece.masked_fill(done, tokens.sep)  # finished rows idle on [SEP]
-        written = torch.cat((written, piece[:, None]), dim=1)
-        done |= piece == tokens.sep
-        if done.all():
-            break
-    return _finished(written, total, length, tokens, length_penalty)
+    return _write(next_word, tokens, B, _limit(model, max_new_tokens),
+                  lambda log_probs: log_probs.max(dim=-1).indices, length_penalty)
 
 
 @torch.no_grad()
@@ -194,24 +197,14 @@ def sample(model, tokens: CaptionTokens, images: Tensor | None, num_captions: in
     B, K = _rows(images, num_captions), num_samples
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
+
+    def draw(log_probs: Tensor) -> Tensor:  # (R, V) → (R,)
+        drawn = (log_probs / temperature).softmax(dim=-1)
+        return torch.multinomial(drawn, 1, generator=generator).squeeze(1)
+
     next_word = _NextWord(model, tokens, images, B, use_cache)  # the tower runs once per image
     next_word.select(torch.arange(B, device=device).repeat_interleave(K))  # R = B·K rows
-    written = torch.full((B * K, 1), tokens.cls, dtype=torch.long, device=device)  # (R, 1)
-    total = torch.zeros(B * K, device=device)
-    length = torch.zeros(B * K, dtype=torch.long, device=device)
-    done = torch.zeros(B * K, dtype=torch.bool, device=device)
-    for step in range(_limit(model, max_new_tokens)):
-        log_probs = _restrict(next_word(written), tokens, step)  # (R, V)
-        drawn = (log_probs / temperature).softmax(dim=-1)  # (R, V)
-        piece = torch.multinomial(drawn, 1, generator=generator).squeeze(1)  # (R,)
-        total += log_probs.gather(1, piece[:, None]).squeeze(1).masked_fill(done, 0.0)
-        length += (~done).long()
-        piece = piece.masked_fill(done, tokens.sep)
-        written = torch.cat((written, piece[:, None]), dim=1)
-        done |= piece == tokens.sep
-        if done.all():
-            break
-    captions = _finished(written, total, length, tokens)
+    captions = _write(next_word, tokens, B * K, _limit(model, max_new_tokens), draw)
     return [captions[b * K:(b + 1) * K] for b in range(B)]
 
 
