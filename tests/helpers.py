@@ -11,6 +11,18 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 
+# A model small enough for a few training steps in a test, as command-line flags.
+TINY_MODEL = [
+    "--model.net.image.dim", "32", "--model.net.image.depth", "1",
+    "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
+    "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
+    "--model.net.text.dim", "32", "--model.net.text.depth", "1", "--model.net.text.num_heads", "2",
+]
+
+# The embedded default's twin contrast reads each twin's photo from an image cache, which a
+# streamed source does not have.
+NO_TWINS = ["--data.twin_photos", "false", "--model.twin_weight", "0"]
+
 
 def load_script(name: str) -> ModuleType:
     """``scripts/<name>.py`` as a module, run afresh on every call.

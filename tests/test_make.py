@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_PYTHON = """#!/bin/sh
@@ -118,15 +119,11 @@ main(sys.argv[1:])
 
 def test_training_imports_nothing_from_the_dev_extras(tmp_path):
     """What `make train` installs is enough to train: a fit with every dev extra unimportable."""
-    tiny = ["--model.net.image.dim", "32", "--model.net.image.depth", "1",
-            "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
-            "--model.net.image.num_heads", "2", "--model.net.text.dim", "32",
-            "--model.net.text.depth", "1", "--model.net.text.num_heads", "2"]
     data = ["--data.source.init_args.root", str(tmp_path / "shapes"),
             "--data.source.init_args.num_train", "32", "--data.source.init_args.num_val", "8",
             "--data.source.init_args.num_test", "8", "--data.num_workers", "0",
             "--data.batch_size", "8"]
-    run = subprocess.run([sys.executable, "-c", BLOCK_DEV_EXTRAS, "fit", *tiny, *data,
+    run = subprocess.run([sys.executable, "-c", BLOCK_DEV_EXTRAS, "fit", *TINY_MODEL, *data,
                           "--trainer.max_steps", "2", "--trainer.enable_progress_bar", "false"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

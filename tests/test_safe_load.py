@@ -18,8 +18,8 @@ import torch
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent / "lit"))
-from helpers import load_script
-from tiny_run import TINY_MODEL, tiny_shapes
+from helpers import TINY_MODEL, load_script
+from tiny_run import tiny_shapes
 
 from vitbert.cli import main
 from vitbert.io import CheckpointError, export, load_model, read_checkpoint

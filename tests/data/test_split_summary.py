@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from helpers import TINY_MODEL
 
 from vitbert.data import Flickr30kSource, ShapesSource
 from vitbert.data.cache import DataError
@@ -15,11 +16,7 @@ from vitbert.data.flickr30k import hash_split
 
 # 40 file names whose hash split puts 38 photos in train, none in val and 2 in test.
 FORTY = [f"{1000000 + i}.jpg" for i in range(40)]
-TINY = ["--model.net.image.dim", "32", "--model.net.image.depth", "1",
-        "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
-        "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
-        "--model.net.text.dim", "32", "--model.net.text.depth", "1",
-        "--model.net.text.num_heads", "2", "--model.num_examples", "0",
+TINY = [*TINY_MODEL, "--model.num_examples", "0",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 
 

@@ -5,16 +5,13 @@ through the real CLI (vitbert.data.streaming)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import NO_TWINS, TINY_MODEL
 from litdata import StreamingDataset
 from shard_photos import karpathy_copy
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "lit"))
-from tiny_run import NO_TWINS, TINY_MODEL  # tests/lit/tiny_run.py, on the path above
 
 from vitbert.cli import main
 from vitbert.data import DataError, StreamingSource

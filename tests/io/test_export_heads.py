@@ -9,18 +9,14 @@ from io import StringIO
 
 import pytest
 import torch
-from helpers import load_script
+from helpers import TINY_MODEL, load_script
 from safetensors import safe_open
 
 from vitbert import io
 from vitbert.cli import main
 from vitbert.lit.module import MaskedLMModule
 
-TINY = ["--model.net.image.dim", "32", "--model.net.image.depth", "1",
-        "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
-        "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
-        "--model.net.text.dim", "32", "--model.net.text.depth", "1",
-        "--model.net.text.num_heads", "2", "--model.num_examples", "0",
+TINY = [*TINY_MODEL, "--model.num_examples", "0",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 WORD_HEAD = ["word_head.classifier.weight", "word_head.classifier.bias"]
 ITM_HEAD = ["itm_head.pooler.weight", "itm_head.pooler.bias", "itm_head.classifier.weight",

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_run import TINY_MODEL, tiny_shapes
+from helpers import TINY_MODEL
+from tiny_run import tiny_shapes
 
 from vitbert.cli import main
 from vitbert.data.tokenizer import train_wordpiece

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_run import TINY_MODEL, start_paused, tiny_shapes
+from helpers import TINY_MODEL
+from tiny_run import start_paused, tiny_shapes
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_STEP, SAVE_EVERY, STEPS = 22, 4, 32

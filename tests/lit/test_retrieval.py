@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import load_script
+from helpers import TINY_MODEL, load_script
 from test_itm import colour_batch, tiny_config
-from tiny_run import TINY_MODEL, tiny_shapes
+from tiny_run import tiny_shapes
 
 from vitbert.lit.retrieval import (
     image_to_text_recall,

@@ -10,7 +10,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from tiny_run import TINY_MODEL, tiny_shapes
+from helpers import TINY_MODEL
+from tiny_run import tiny_shapes
 
 from vitbert.cli import main
 from vitbert.lit.checkpoints import point_latest_at

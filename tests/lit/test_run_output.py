@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from tiny_run import TINY_MODEL, tiny_shapes
+from helpers import TINY_MODEL
+from tiny_run import tiny_shapes
 
 from vitbert.cli import main
 from vitbert.lit import progress

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_run import NO_TWINS, TINY_MODEL, start_paused
+from helpers import NO_TWINS, TINY_MODEL
+from tiny_run import start_paused
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
 from shard_photos import karpathy_copy  # tests/data/shard_photos.py, on the path above

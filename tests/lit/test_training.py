@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_run import TINY_MODEL, tiny_shapes
+from helpers import TINY_MODEL
+from tiny_run import tiny_shapes
 
 from vitbert.cli import main
 from vitbert.io import TOKENIZER_KEY, load_model, read_checkpoint

@@ -11,7 +11,8 @@ import warnings
 
 import pytest
 import torch
-from tiny_run import TINY_MODEL, tiny_shapes
+from helpers import TINY_MODEL
+from tiny_run import tiny_shapes
 
 from vitbert.cli import main
 from vitbert.data.features import FEATURES_KEY

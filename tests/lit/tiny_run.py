@@ -9,17 +9,6 @@ from pathlib import Path
 
 import pytest
 
-TINY_MODEL = [
-    "--model.net.image.dim", "32", "--model.net.image.depth", "1",
-    "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
-    "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
-    "--model.net.text.dim", "32", "--model.net.text.depth", "1", "--model.net.text.num_heads", "2",
-]
-
-# The embedded default's twin contrast reads each twin's photo from an image cache, which a
-# streamed source does not have.
-NO_TWINS = ["--data.twin_photos", "false", "--model.twin_weight", "0"]
-
 
 def tiny_shapes(root: Path, num_train: int = 512) -> list[str]:
     """The generated shapes data, small: 64 validation and test pictures, batches of 64."""
