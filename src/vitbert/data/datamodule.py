@@ -35,6 +35,8 @@ from .sources import DataSource, LoaderOptions, ShapesSource
 from .tokenizer import cached_wordpiece, load_tokenizer
 from .twins import TwinPhotos
 
+# The flags that switch the embedded default's twins off, named where twins cannot be served.
+NO_TWINS = "--data.twin_photos false --model.twin_weight 0"
 # What each stage does with the split it reads (the error when that split is empty says it).
 STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predict": "predict"}
 
@@ -334,10 +336,9 @@ class CaptionDataModule(L.LightningDataModule):
             raise DataError("data.twin_photos: true shows each caption a second photo through the "
                             "image tower, and model.freeze_image_tower: true caches the tower's "
                             "output instead: switch one of them off (the twins with "
-                            "--data.twin_photos false --model.twin_weight 0)")
+                            f"{NO_TWINS})")
         self._require_image_cache("data.twin_photos: true reads the twins' photos from an "
-                                  "image cache", "use a folder source, or --data.twin_photos "
-                                  "false --model.twin_weight 0")
+                                  "image cache", f"use a folder source, or {NO_TWINS}")
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)
