@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from vitbert.models import ImageTowerConfig, VitBert
-from vitbert.models.lookup import NeighbourLookup
+from vitbert.models import ImageTowerConfig, VitBert, VitBertConfig
+from vitbert.models.lookup import NeighbourLookup, ReadSharing
 
 
 def noisy(module: torch.nn.Module) -> torch.nn.Module:
@@ -18,18 +18,19 @@ def noisy(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def split_config(tiny_config):
-    """A tower that keeps hue apart (chroma_dim), so the lookup finds by one and reads the other."""
+def split_config(tiny_config, shared: bool = False):
+    """A tower that keeps hue apart (chroma_dim), so the lookup finds by one and reads the other;
+    ``shared``: the tower's places too, and words that hear the reads near them."""
     image = ImageTowerConfig(kind="conv_stem", image_size=16, patch_size=8, dim=32, depth=1,
-                             num_heads=2, stem_hidden_dim=8, chroma_dim=8)
-    return tiny_config(image=image, neighbour_lookup_heads=2)
+                             num_heads=2, stem_hidden_dim=8, chroma_dim=8, chroma_place=shared)
+    return tiny_config(image=image, neighbour_lookup_heads=2, lookup_share_window=2 * shared)
 
 
-@pytest.fixture(params=["whole_tokens", "hue_and_form"])
+@pytest.fixture(params=["whole_tokens", "hue_and_form", "shared_reads"])
 def looking(tiny_config, request):
     torch.manual_seed(0)
-    config = (split_config(tiny_config) if request.param == "hue_and_form"
-              else tiny_config(neighbour_lookup_heads=2))
+    config = (tiny_config(neighbour_lookup_heads=2) if request.param == "whole_tokens"
+              else split_config(tiny_config, shared=request.param == "shared_reads"))
     return noisy(VitBert(config)).eval()
 
 
@@ -143,3 +144,38 @@ def test_the_lookup_trains_under_bf16_autocast(looking, batch):
     logits.float().sum().backward()
     assert torch.isfinite(logits.float()).all()
     assert looking.lookup.query.weight.grad.abs().sum() > 0
+
+
+def test_read_sharing_is_the_convolution_written_out_and_causal_when_writing():
+    """What a word hears: for each offset k in [-w, w], the read k pieces away (zero past either
+    end) times a matrix of its own for that offset; writing leaves out k > 0."""
+    sharing = noisy(ReadSharing(dim=3, window=2))
+    reads = torch.randn(1, 5, 3)
+    weight = sharing.mix.weight  # (3, 3, 5): out channel, in channel, tap j = offset j - 2
+    for causal in (False, True):
+        out = sharing(reads, causal=causal)
+        for t in range(5):
+            expected = torch.zeros(3)
+            for k in range(-2, 3 if not causal else 1):
+                if 0 <= t + k < 5:
+                    expected += weight[:, :, k + 2] @ reads[0, t + k]
+            torch.testing.assert_close(out[0, t], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_new_read_sharing_changes_nothing_and_a_checkpoint_without_it_loads(tiny_config, batch):
+    input_ids, attention_mask, images, _ = batch
+    torch.manual_seed(0)
+    without = noisy(VitBert(split_config(tiny_config))).eval()
+    config = split_config(tiny_config)
+    with_sharing = VitBert(VitBertConfig.from_dict({**config.to_dict(),
+                                                    "lookup_share_window": 3})).eval()
+    missing, unexpected = with_sharing.load_state_dict(without.state_dict(), strict=False)
+    assert missing == ["read_sharing.mix.weight"] and not unexpected
+    with torch.no_grad():
+        torch.testing.assert_close(with_sharing(input_ids, attention_mask, images),
+                                   without(input_ids, attention_mask, images))
+
+
+def test_read_sharing_needs_the_lookup():
+    with pytest.raises(ValueError, match="with neighbour_lookup_heads"):
+        VitBertConfig(lookup_share_window=2)

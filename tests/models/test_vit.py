@@ -262,8 +262,30 @@ def test_the_hue_channels_are_blind_to_where_in_the_patch_a_pixel_is():
     assert not torch.allclose(tokens_turned[..., :24], tokens[..., :24], atol=1e-3)
 
 
+def test_with_chroma_place_the_last_two_channels_say_where_each_patch_is():
+    """Column then row, -1 at the left and top edge and 1 at the right and bottom, on the grid
+    of the input at hand (a larger picture, a finer grid); the hue beside them is still read."""
+    tower = _tower(kind="conv_stem", image_size=16, patch_size=4, dim=32, depth=1, num_heads=2,
+                   chroma_dim=8, chroma_place=True).eval()
+    columns = {16: [-1, -1 / 3, 1 / 3, 1], 24: [-1, -0.6, -0.2, 0.2, 0.6, 1]}
+    for size, expected_column in columns.items():
+        images = torch.randn(2, 3, size, size)
+        with torch.no_grad():
+            tokens = tower(images)[1]  # (2, N, 32)
+        side = len(expected_column)
+        place = tokens[..., -2:].unflatten(1, (side, side))  # (2, rows, cols, 2)
+        column = torch.tensor(expected_column)
+        torch.testing.assert_close(place[..., 0], column.expand(2, side, side))
+        torch.testing.assert_close(place[..., 1], column[:, None].expand(2, side, side))
+    rehued = images[:, [2, 0, 1]]
+    with torch.no_grad():
+        assert not torch.allclose(tower(rehued)[1][..., 24:30], tokens[..., 24:30], atol=1e-3)
+
+
 def test_chroma_dim_needs_the_conv_stem_and_room_in_the_token():
     with pytest.raises(ValueError, match="chroma_dim=8 needs kind: conv_stem"):
         ImageTowerConfig(kind="vit", chroma_dim=8)
     with pytest.raises(ValueError, match=r"use 0 \(off\) up to 127"):
         ImageTowerConfig(chroma_dim=128)
+    with pytest.raises(ValueError, match="chroma_place needs chroma_dim of 3 or more"):
+        ImageTowerConfig(kind="conv_stem", chroma_dim=2, chroma_place=True)

@@ -73,6 +73,9 @@ class _NextWord:
         self.cache = KVCache(len(model.text.encoder.blocks)) if use_cache else None
         self.written = 0  # text pieces whose keys and values the cache holds
         self.image = None  # (R, N, ·) what the neighbour lookup reads (VitBert.lookup_source)
+        # For read sharing: the lookup's reads of the written pieces (R, t, D), and the last
+        # written piece's embedding (R, 1, D), the left neighbour of the next call's first piece.
+        self.reads = self.last = None
         if self.cache is not None and images is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
             tower = model.tower_tokens(images)  # (R, N, D_img)
@@ -89,6 +92,8 @@ class _NextWord:
             self.cache.select(index)
             if self.image is not None:
                 self.image = self.image[index]
+            if self.reads is not None:
+                self.reads, self.last = self.reads[index], self.last[index]
         elif self.images is not None:
             self.images = self.images[index]
 
@@ -111,8 +116,17 @@ class _NextWord:
         self.cache.crop(past + n - 1)  # the [MASK] was read only to be predicted
         self.written = t
         if self.image is not None:  # the [MASK]'s left neighbour (the last piece) asks the photo
-            read = self.model.lookup(x, self.image, right_context=False, hidden=hidden)  # (R, n, D)
-            hidden = hidden + read
+            words, rows = x, hidden
+            if self.last is not None:  # the first new piece's left neighbour, read before
+                words = torch.cat((self.last, x), dim=1)  # (R, 1 + n, D)
+                rows = torch.cat((torch.zeros_like(self.last), hidden), dim=1)
+            read = self.model.lookup(words, self.image, right_context=False,
+                                     hidden=rows)[:, -n:]  # (R, n, D)
+            if self.reads is not None:  # the written pieces' reads, from earlier calls
+                read = torch.cat((self.reads, read), dim=1)  # (R, t + 1, D)
+            # The [MASK]'s read is not kept: the next call reads its place again with its piece.
+            self.reads, self.last = read[:, :-1], x[:, -2:-1]
+            hidden = hidden + self.model.shared_reads(read, causal=True)[:, -n:]
         hidden = hidden[:, -1]  # (R, D): the [MASK]'s row
         return self.model.mlm_head(hidden).float().log_softmax(dim=-1)  # (R, V)
 

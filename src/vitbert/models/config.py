@@ -64,6 +64,11 @@ class ImageTowerConfig(TowerConfig):
     over its pixels, averaged: :class:`vitbert.models.patch_embed.PatchChroma`), so a form's
     features cannot depend on its hue, and the neighbour lookup reads hue and form apart
     (docs/binding.md)."""
+    chroma_place: bool = False
+    """With ``chroma_dim``: the last two of its channels hold the patch's column and row, fixed
+    and scaled to [-1, 1], instead of hue. A lookup head that finds an object by its form then
+    reads where the object is with its hue, the step a relation word needs ("left of" compares
+    two objects' places; docs/binding.md). Off by default."""
     attention_radius: int | None = None
     """Each patch attends only to the patches at most this many rows and columns away (a
     (2r+1)² window); null = every patch, as in ViT and in every pretrained ViT's weights. Local
@@ -91,6 +96,10 @@ class ImageTowerConfig(TowerConfig):
         if not 0 <= self.chroma_dim < self.dim:
             raise ValueError(f"chroma_dim={self.chroma_dim}: the hue takes that many of the "
                              f"tokens' {self.dim} channels; use 0 (off) up to {self.dim - 1}")
+        if self.chroma_place and self.chroma_dim < 3:
+            raise ValueError(f"chroma_place needs chroma_dim of 3 or more (two channels for the "
+                             f"place, the rest for the hue), got {self.chroma_dim}; set "
+                             f"chroma_dim: 32 or chroma_place: false")
         if self.attention_radius is not None and self.attention_radius < 0:
             raise ValueError(f"attention_radius={self.attention_radius}: a patch must see itself; "
                              f"use 0 or more, or null for every patch")
@@ -132,6 +141,12 @@ class VitBertConfig:
     ask the image tokens, in one step, and what they read joins the word's final hidden state,
     so a hidden word can read the object its neighbour names (binding, docs/binding.md). 0 = no
     lookup (a checkpoint written before it existed reads as 0)."""
+    lookup_share_window: int = 0
+    """Each word also hears what the lookup read for the words up to this many pieces away
+    (only those to its left when writing): :class:`vitbert.models.lookup.ReadSharing`. A word
+    whose neighbours name nothing ("left" in "a small red circle is to the left of ...") gets
+    the reading of the words that do. 0 = off (a checkpoint written before it existed reads
+    as 0)."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -142,6 +157,11 @@ class VitBertConfig:
         if self.neighbour_lookup_heads < 0:
             raise ValueError(f"neighbour_lookup_heads={self.neighbour_lookup_heads}: use 0 (no "
                              f"lookup) or a number of heads that divides text.dim")
+        if self.lookup_share_window < 0 or (self.lookup_share_window
+                                            and not self.neighbour_lookup_heads):
+            raise ValueError(f"lookup_share_window={self.lookup_share_window} shares what the "
+                             f"neighbour lookup reads: use 0, or a window of 1 or more with "
+                             f"neighbour_lookup_heads (e.g. 4)")
         if self.itc_dim < 0:
             raise ValueError(f"itc_dim={self.itc_dim}: the contrastive space needs a width; use "
                              f"0 (no contrastive heads) or more, e.g. 128")

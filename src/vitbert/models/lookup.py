@@ -113,3 +113,39 @@ class NeighbourLookup(nn.Module):
         form_key, form_value = self.form(image[..., :-self.hue_dim]).chunk(2, dim=-1)
         return (torch.cat((hue_key, form_key), dim=-1),  # (B, N, D)
                 torch.cat((form_value, hue_value), dim=-1))
+
+
+class ReadSharing(nn.Module):
+    """Each word also hears what the lookup read for the words near it: a 1D convolution over
+    the reads, (B, T, D) → (B, T, D), to add to them.
+
+    Why: a relation word's neighbours name nothing to look up ("is to the [MASK] of"), while
+    the words that name its objects have read them already: with ``ImageTowerConfig.chroma_place``
+    the colour word of "a small red circle", asking about "circle", reads the circle's hue and
+    where it is. Moving those reads to the relation word by attention over the words starts
+    from a uniform mix, which neither the masked-language loss nor a loss on the relation word
+    alone got out of (docs/binding.md); a convolution with a matrix per offset learns "what the
+    reading two pieces back says about where its object is" directly. One weight per channel
+    and offset (depthwise) did not learn it in the same steps.
+
+    Zero-initialised: a model with it starts as the model without it, and a checkpoint without
+    it loads (its weights then train from "no effect"). When writing (``causal``), a word hears
+    only the reads at and left of it: the words to its right are not written yet.
+    """
+
+    def __init__(self, dim: int, window: int) -> None:
+        super().__init__()
+        if window < 1:
+            raise ValueError(f"read sharing needs a window of 1 or more pieces, got {window}")
+        self.window = window
+        # No bias: a word with no image to read (every read zero) must hear nothing.
+        self.mix = nn.Conv1d(dim, dim, 2 * window + 1, padding=window, bias=False)
+        nn.init.zeros_(self.mix.weight)
+
+    def forward(self, reads: Tensor, causal: bool = False) -> Tensor:
+        weight = self.mix.weight  # (D_out, D_in, 2w + 1); tap j reads the word j - w pieces away
+        if causal:
+            offsets = torch.arange(weight.shape[-1], device=weight.device) - self.window
+            weight = weight * (offsets <= 0).to(weight.dtype)
+        shared = F.conv1d(reads.transpose(1, 2), weight, padding=self.window)  # (B, D, T)
+        return shared.transpose(1, 2)  # (B, T, D)

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
 from vitbert.models.contrastive import ContrastiveHeads
-from vitbert.models.lookup import NeighbourLookup
+from vitbert.models.lookup import NeighbourLookup, ReadSharing
 from vitbert.models.vit import build_image_tower, init_transformer_weights
 from vitbert.nn import AttentionContext, key_padding_mask, seq2seq_mask
 
@@ -78,6 +78,9 @@ class VitBert(nn.Module):
         self.lookup = (NeighbourLookup(text.dim, config.neighbour_lookup_heads, config.image.dim,
                                        config.image.chroma_dim)
                        if config.neighbour_lookup_heads else None)
+        # What the words near a word read, heard by it too (relations; off when 0).
+        self.read_sharing = (ReadSharing(text.dim, config.lookup_share_window)
+                             if config.lookup_share_window else None)
         for module in (self.projector, self.text, self.mlm_head):
             init_transformer_weights(module)
         self.tie_weights()
@@ -205,7 +208,8 @@ class VitBert(nn.Module):
         asked (else None); arguments as :meth:`forward`'s. Row 0 is the caption's [CLS], which
         has read every word and image token: the image-text matching head's input
         (:mod:`vitbert.lit.objectives`). With ``config.neighbour_lookup_heads`` each word's row
-        also holds what its neighbours read from the image (:mod:`vitbert.models.lookup`)."""
+        also holds what its neighbours read from the image (:mod:`vitbert.models.lookup`), and with
+        ``config.lookup_share_window`` what the words near it read."""
         words = embedded = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
         if image_index is not None and images is None and image_features is None:
@@ -231,9 +235,17 @@ class VitBert(nn.Module):
         hidden = hidden[:, N:]  # (B, T, D): word rows only
         if self.lookup is not None and N:
             source = self.lookup_source(tower, image, image_index)  # (B, N, ·)
-            hidden = hidden + self.lookup(embedded, source, image_mask, right_context=not seq2seq,
-                                          hidden=hidden)
+            reads = self.lookup(embedded, source, image_mask, right_context=not seq2seq,
+                                hidden=hidden)  # (B, T, D)
+            hidden = hidden + self.shared_reads(reads, causal=seq2seq)
         return hidden, attention
+
+    def shared_reads(self, reads: Tensor, causal: bool) -> Tensor:
+        """The lookup's reads (B, T, D), each word's with what its near words read added when
+        the model shares them (``config.lookup_share_window``)."""
+        if self.read_sharing is None:
+            return reads
+        return reads + self.read_sharing(reads, causal=causal)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """``model.safetensors`` + ``config.json``, the tied matrix once (:mod:`vitbert.io`)."""

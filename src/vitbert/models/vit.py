@@ -153,5 +153,6 @@ def build_image_tower(cfg: ImageTowerConfig) -> ViT:
         build_patch_embed(cfg), cfg.dim, cfg.depth, cfg.num_heads, cfg.mlp_ratio,
         cfg.class_token, cfg.pool, cfg.drop_path, cfg.norm_eps, cfg.mean, cfg.std,
         cfg.attention_radius,
-        PatchChroma(cfg.patch_size, cfg.in_chans, cfg.chroma_dim) if cfg.chroma_dim else None,
+        (PatchChroma(cfg.patch_size, cfg.in_chans, cfg.chroma_dim, place=cfg.chroma_place)
+         if cfg.chroma_dim else None),
     )
