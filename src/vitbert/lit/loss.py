@@ -34,3 +34,12 @@ def masked_lm_loss(net: nn.Module, batch: Batch,
     (under the bidirectional mask for MLM, the seq2seq one for caption generation)."""
     logits = masked_logits(net, batch, batch_image(batch), attention_mode)  # (M, V)
     return F.cross_entropy(logits.float(), batch["labels"][batch["labels"] != IGNORE_INDEX])
+
+
+def masked_lm_losses(net: nn.Module, batch: Batch,
+                     attention_mode: AttentionMode = "bidirectional") -> tuple[Tensor, Tensor]:
+    """:func:`masked_lm_loss` target by target: the cross-entropy (M,) and the true piece (M,)
+    of each of the batch's M targets (what :mod:`vitbert.lit.focus` learns from)."""
+    logits = masked_logits(net, batch, batch_image(batch), attention_mode)  # (M, V)
+    pieces = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (M,)
+    return F.cross_entropy(logits.float(), pieces, reduction="none"), pieces

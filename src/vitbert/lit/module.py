@@ -21,6 +21,7 @@ from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.checkpoint_hooks import CheckpointHooks
 from vitbert.lit.conditions import Batch, read
 from vitbert.lit.contrastive import with_contrastive_heads
+from vitbert.lit.focus import PieceDifficulty
 from vitbert.lit.loss import masked_logits
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.negatives import SwapNegatives
@@ -60,6 +61,16 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         twin_weight: weight of the twin contrast (:mod:`vitbert.lit.twins`: in MLM batches, a
             hidden word of a caption likelier under its own photo than under a twin's, whose
             caption exchanges two of its words; binding). Needs ``data.twin_photos: true``.
+        focus_share: the share of each MLM batch's captions that have one content piece
+            hidden instead of their random targets, drawn in proportion to the model's running
+            loss on it, the rest of the caption in view (:mod:`vitbert.lit.focus`: the words it
+            has not learnt yet, with what they need to be learnt); 0: random masking alone.
+        focus_start: the fraction of the run's optimiser steps after which captions are
+            focused (the running losses are measured from the first step): random masking
+            first teaches the words that the focused ones are read beside. Until then the
+            read sharing (``net.lookup_share_window``), which carries what the focused
+            relation words need, is held at its start (zero): the recipe measured in
+            docs/binding.md.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
@@ -69,7 +80,8 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
                  num_examples: int = 3, freeze_image_tower: bool = False,
                  generation_probability: float = 0.3, itm_weight: float = 0.0,
                  word_detection_weight: float = 0.0, itm_swap_negatives: bool = False,
-                 itc_weight: float = 0.0, twin_weight: float = 0.0) -> None:
+                 itc_weight: float = 0.0, twin_weight: float = 0.0,
+                 focus_share: float = 0.0, focus_start: float = 0.0) -> None:
         super().__init__()
         net = with_contrastive_heads(
             net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net), itc_weight)
@@ -86,6 +98,13 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         self.itm_head = ITMHead(net.text.dim) if itm_weight else None
         self.word_head = (WordDetectorHead(net.image.dim, net.vocab_size)
                           if word_detection_weight else None)
+        if not 0.0 <= focus_start < 1.0:
+            raise ValueError(f"focus_start={focus_start} is a fraction of the run's steps: use 0 "
+                             f"(from the first) up to below 1")
+        if not 0.0 <= focus_share <= 1.0:
+            raise ValueError(f"focus_share={focus_share} is a share of the captions: use 0 (off) "
+                             f"up to 1")
+        self.difficulty = PieceDifficulty(net.vocab_size) if focus_share else None
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -121,9 +140,20 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         loss, parts = training_loss(self.net, batch, hp.generation_probability,
                                     self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
                                     self.word_head, hp.word_detection_weight, self.swaps,
-                                    hp.itc_weight, hp.twin_weight)
+                                    hp.itc_weight, hp.twin_weight, self.difficulty,
+                                    hp.focus_share if self.focusing else 0.0)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
+
+    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
+        if self.difficulty is not None and self.net.read_sharing is not None:
+            self.net.read_sharing.requires_grad_(self.focusing)
+
+    @property
+    def focusing(self) -> bool:
+        """Whether this training step focuses captions (``focus_share`` after ``focus_start``)."""
+        start = self.hparams.focus_start * self.trainer.estimated_stepping_batches
+        return self.difficulty is not None and self.global_step >= start
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self.val_metrics.update_readings(read(self, batch), batch["labels"], batch["content_mask"])

@@ -29,6 +29,8 @@ under its own photo than under a twin's, for binding) :mod:`vitbert.lit.twins`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -43,10 +45,13 @@ from vitbert.data.features import (
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.conditions import another_photo
 from vitbert.lit.contrastive import itc_loss
-from vitbert.lit.loss import masked_lm_loss
+from vitbert.lit.loss import masked_lm_loss, masked_lm_losses
 from vitbert.lit.negatives import SwapNegatives
 from vitbert.lit.twins import twin_contrast_loss
 from vitbert.models.multimodal import AttentionMode
+
+if TYPE_CHECKING:
+    from vitbert.lit.focus import PieceDifficulty
 
 Batch = dict[str, Tensor]
 
@@ -99,7 +104,8 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   mask_token_id: int, itm_head: nn.Module | None = None, itm_weight: float = 0.0,
                   word_head: nn.Module | None = None, word_weight: float = 0.0,
                   swaps: SwapNegatives | None = None, itc_weight: float = 0.0,
-                  twin_weight: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
+                  twin_weight: float = 0.0, difficulty: PieceDifficulty | None = None,
+                  focus_share: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
@@ -108,8 +114,10 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
     detection loss when ``word_head`` is, plus ``itc_weight`` times the contrastive loss
     (:mod:`vitbert.lit.contrastive`; the network's own heads), plus, in MLM batches,
     ``twin_weight`` times the twin contrast (:mod:`vitbert.lit.twins`): one term each, over one
-    tower pass (and one over the twins' photos). Without them the loss is exactly the MLM loss as
-    it always was: nothing else runs and no random number is drawn.
+    tower pass (and one over the twins' photos). With ``difficulty``, ``focus_share`` of an MLM
+    batch's captions are focused (one hard content piece hidden, :mod:`vitbert.lit.focus`) and
+    the batch's losses update the running difficulty. Without them the loss is exactly the MLM
+    loss as it always was: nothing else runs and no random number is drawn.
     """
     parts, extra = {}, []
     if itm_head is not None or word_head is not None or itc_weight or twin_weight:
@@ -125,8 +133,16 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
         extra.append(word_weight * parts["train/word_loss"])
     batch, mode = choose_objective(batch, generation_probability, mask_token_id)
     name = "train/generation_loss" if mode == "seq2seq" else "train/loss"
-    parts[name] = loss = masked_lm_loss(net, batch, mode)
+    if difficulty is not None and mode == "bidirectional":
+        focused = difficulty.focus(batch, focus_share, mask_token_id)
+        losses, pieces = masked_lm_losses(net, focused, mode)  # (M,) each
+        difficulty.update(pieces, losses.detach())
+        parts[name] = loss = losses.mean()
+    else:
+        parts[name] = loss = masked_lm_loss(net, batch, mode)
     if twin_weight and mode == "bidirectional":  # in seq2seq batches too, it bound less
+        # Under the random mask, not the focused one: focusing seldom hides the exchanged
+        # words once they are learnt, and the contrast would stop.
         parts["train/twin_loss"] = twin_contrast_loss(net, batch)
         extra.append(twin_weight * parts["train/twin_loss"])
     return loss + sum(extra), parts

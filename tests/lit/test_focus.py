@@ -1,0 +1,172 @@
+"""Focused masking: one hard content piece hidden per focused caption, the rest in view, drawn by
+the running loss it keeps per piece (vitbert.lit.focus)."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from vitbert.lit.focus import PieceDifficulty
+from vitbert.lit.module import MaskedLMModule
+from vitbert.lit.objectives import IGNORE_INDEX, training_loss
+from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBertConfig
+
+MASK, V = 4, 40
+
+
+def mlm_batch():
+    """Three captions [CLS] w… [SEP] [PAD]…: content pieces at 2-4 of the first two, none in the
+    third; one random target already drawn in each (position 1, a function word)."""
+    caption = torch.tensor([[2, 10, 11, 12, 13, 3, 0],
+                            [2, 14, 15, 16, 17, 18, 3],
+                            [2, 19, 20, 3, 0, 0, 0]])
+    attention_mask = caption != 0
+    content_mask = torch.zeros_like(attention_mask)
+    content_mask[:2, 2:5] = True
+    labels = torch.full_like(caption, IGNORE_INDEX)
+    labels[:, 1] = caption[:, 1]
+    return {"input_ids": caption.masked_fill(labels != IGNORE_INDEX, MASK),
+            "attention_mask": attention_mask, "labels": labels, "content_mask": content_mask,
+            "images": torch.zeros(3, 3, 8, 8)}, caption
+
+
+def test_the_running_loss_is_a_moving_mean_of_each_piece_and_starts_at_a_uniform_guess():
+    difficulty = PieceDifficulty(V, momentum=0.75)
+    assert torch.allclose(difficulty.loss, torch.full((V,), math.log(V)))
+    difficulty.update(torch.tensor([5, 7, 5]), torch.tensor([1.0, 2.0, 3.0]))
+    expected = torch.full((V,), math.log(V))
+    expected[5] = 0.75 * math.log(V) + 0.25 * 2.0  # piece 5 twice: its batch mean, 2.0
+    expected[7] = 0.75 * math.log(V) + 0.25 * 2.0
+    torch.testing.assert_close(difficulty.loss, expected)
+
+
+def test_a_focused_caption_hides_one_content_piece_and_shows_the_rest():
+    batch, caption = mlm_batch()
+    difficulty = PieceDifficulty(V)
+    for seed in range(20):
+        out = difficulty.focus(batch, 1.0, MASK, torch.Generator().manual_seed(seed))
+        targets = out["labels"] != IGNORE_INDEX
+        for b in range(2):  # the captions with content pieces: one target, a content piece
+            (position,) = targets[b].nonzero()[:, 0].tolist()
+            assert batch["content_mask"][b, position]
+            assert out["labels"][b, position] == caption[b, position]
+            assert out["input_ids"][b, position] == MASK
+            shown = torch.arange(7) != position
+            assert (out["input_ids"][b, shown] == caption[b, shown]).all(), "the rest in view"
+        for key in ("input_ids", "labels"):  # no content piece: never focused, mask kept
+            assert (out[key][2] == batch[key][2]).all()
+        assert out["images"] is batch["images"]
+
+
+def test_share_zero_changes_nothing_and_a_share_focuses_about_that_many_captions():
+    batch, _ = mlm_batch()
+    difficulty = PieceDifficulty(V)
+    state = torch.get_rng_state()
+    assert difficulty.focus(batch, 0.0, MASK) is batch
+    assert torch.equal(torch.get_rng_state(), state), "no random number drawn"
+    focused = 0
+    for seed in range(400):
+        out = difficulty.focus(batch, 0.25, MASK, torch.Generator().manual_seed(seed))
+        focused += int((out["labels"][0] != batch["labels"][0]).any())
+    assert 0.18 < focused / 400 < 0.32
+
+
+def test_the_draw_follows_the_running_loss():
+    """Weights 3 : 1 : 0 over the first caption's three content pieces."""
+    batch, caption = mlm_batch()
+    difficulty = PieceDifficulty(V)
+    difficulty.loss[caption[0, 2:5]] = torch.tensor([3.0, 1.0, 0.0])
+    drawn = torch.zeros(7)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2000):
+        drawn += (difficulty.focus(batch, 1.0, MASK, generator)["labels"][0] != IGNORE_INDEX)
+    assert drawn[4] == 0, "a solved piece (running loss 0) is not drawn"
+    assert 0.70 < drawn[2] / 2000 < 0.80
+
+
+@pytest.fixture
+def tiny_module():
+    image = ImageTowerConfig(image_size=8, patch_size=4, dim=16, depth=1, num_heads=2)
+    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
+    return MaskedLMModule(VitBertConfig(image=image, text=text, vocab_size=V), focus_share=1.0)
+
+
+def test_training_learns_the_difficulty_of_the_pieces_it_is_asked(tiny_module):
+    batch, caption = mlm_batch()
+    batch["images"] = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
+    batch["image_index"] = torch.arange(3)
+    before = tiny_module.difficulty.loss.clone()
+    loss, parts = training_loss(tiny_module.net, batch, 0.0, MASK,
+                                difficulty=tiny_module.difficulty, focus_share=1.0)
+    loss.backward()
+    changed = (tiny_module.difficulty.loss != before).nonzero()[:, 0]
+    # Asked: one content piece of each of the first two captions, and the third's random target.
+    assert len(changed) == 3 and caption[2, 1] in changed
+    content = set(caption[:2, 2:5].flatten().tolist())
+    assert set(changed.tolist()) - {caption[2, 1].item()} <= content
+    assert torch.isfinite(loss) and loss.item() == parts["train/loss"].item()
+
+
+def test_the_running_loss_is_saved_with_the_module_and_loads_back(tiny_module):
+    tiny_module.difficulty.loss[7] = 0.5
+    state = tiny_module.state_dict()
+    assert "difficulty.loss" in state
+    image = ImageTowerConfig(image_size=8, patch_size=4, dim=16, depth=1, num_heads=2)
+    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
+    other = MaskedLMModule(VitBertConfig(image=image, text=text, vocab_size=V), focus_share=1.0)
+    other.load_state_dict(state)
+    assert other.difficulty.loss[7] == 0.5
+
+
+def test_focus_share_is_a_share():
+    with pytest.raises(ValueError, match=r"focus_share=1\.5 is a share"):
+        MaskedLMModule(focus_share=1.5)
+    assert MaskedLMModule().difficulty is None  # off by default: random masking alone
+
+
+def test_captions_are_focused_from_focus_start_on(tiny_module):
+    """A fraction of the run's steps: before it the running losses are measured, not used."""
+    tiny_module.hparams.focus_start = 0.5
+    tiny_module._trainer = SimpleNamespace(estimated_stepping_batches=10, global_step=4)
+    assert not tiny_module.focusing
+    tiny_module._trainer.global_step = 5
+    assert tiny_module.focusing
+    with pytest.raises(ValueError, match=r"focus_start=1\.0 is a fraction"):
+        MaskedLMModule(focus_share=1.0, focus_start=1.0)
+
+
+def test_the_twin_contrast_reads_the_random_mask_not_the_focused_one(tiny_module, monkeypatch):
+    """Focusing seldom hides an exchanged word once it is learnt; the contrast keeps the batch's
+    own targets."""
+    import vitbert.lit.objectives as objectives
+
+    seen = {}
+
+    def contrast(net, batch):
+        seen.update(batch)
+        return torch.zeros(())
+
+    monkeypatch.setattr(objectives, "twin_contrast_loss", contrast)
+    batch, _ = mlm_batch()
+    batch["images"] = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
+    batch["image_index"] = torch.arange(3)
+    training_loss(tiny_module.net, batch, 0.0, MASK, twin_weight=1.0,
+                  difficulty=tiny_module.difficulty, focus_share=1.0)
+    assert torch.equal(seen["labels"], batch["labels"])
+    assert torch.equal(seen["input_ids"], batch["input_ids"])
+
+
+def test_the_read_sharing_waits_for_the_focus():
+    image = ImageTowerConfig(kind="conv_stem", image_size=8, patch_size=4, dim=16, depth=1,
+                             num_heads=2, chroma_dim=4, chroma_place=True)
+    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
+    module = MaskedLMModule(VitBertConfig(image=image, text=text, vocab_size=V,
+                                          neighbour_lookup_heads=2, lookup_share_window=2),
+                            focus_share=1.0, focus_start=0.5)
+    module._trainer = SimpleNamespace(estimated_stepping_batches=10, global_step=0)
+    module.on_train_batch_start({}, 0)
+    assert not module.net.read_sharing.mix.weight.requires_grad
+    module._trainer.global_step = 5
+    module.on_train_batch_start({}, 0)
+    assert module.net.read_sharing.mix.weight.requires_grad
