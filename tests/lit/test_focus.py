@@ -158,6 +158,8 @@ def test_the_twin_contrast_reads_the_random_mask_not_the_focused_one(tiny_module
 
 
 def test_the_read_sharing_waits_for_the_focus():
+    """Held at its zero start until focus_start (a zero gradient: AdamW then moves nothing),
+    trained from then on."""
     image = ImageTowerConfig(kind="conv_stem", image_size=8, patch_size=4, dim=16, depth=1,
                              num_heads=2, chroma_dim=4, chroma_place=True)
     text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
@@ -165,8 +167,20 @@ def test_the_read_sharing_waits_for_the_focus():
                                           neighbour_lookup_heads=2, lookup_share_window=2),
                             focus_share=1.0, focus_start=0.5)
     module._trainer = SimpleNamespace(estimated_stepping_batches=10, global_step=0)
-    module.on_train_batch_start({}, 0)
-    assert not module.net.read_sharing.mix.weight.requires_grad
-    module._trainer.global_step = 5
-    module.on_train_batch_start({}, 0)
-    assert module.net.read_sharing.mix.weight.requires_grad
+    optimizer = torch.optim.AdamW(module.parameters(), lr=0.1, weight_decay=0.1)
+    batch, _ = mlm_batch()
+    batch["images"] = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
+    batch["image_index"] = torch.arange(3)
+    weight = module.net.read_sharing.mix.weight
+    for step, moves in ((0, False), (4, False), (5, True)):
+        module._trainer.global_step = step
+        optimizer.zero_grad()
+        with torch.no_grad():  # a lookup that reads something, so the sharing has a gradient
+            module.net.lookup.out.weight.normal_()
+        loss, _ = training_loss(module.net, batch, 0.0, MASK, difficulty=module.difficulty,
+                                focus_share=1.0)
+        loss.backward()
+        assert weight.grad.abs().sum() > 0
+        module.on_before_optimizer_step(optimizer)
+        optimizer.step()
+        assert (weight.abs().sum() > 0) == moves, step

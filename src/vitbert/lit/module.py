@@ -145,9 +145,14 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
-    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
-        if self.difficulty is not None and self.net.read_sharing is not None:
-            self.net.read_sharing.requires_grad_(self.focusing)
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        # The read sharing waits for the focus: a zero gradient keeps its zero weights where they
+        # are under AdamW (no step, no decay), and unlike requires_grad it leaves DDP's buckets
+        # as they were built.
+        if self.difficulty is not None and self.net.read_sharing is not None and not self.focusing:
+            for param in self.net.read_sharing.parameters():
+                if param.grad is not None:
+                    param.grad.zero_()
 
     @property
     def focusing(self) -> bool:
