@@ -85,17 +85,33 @@ def test_the_draw_follows_the_running_loss():
     assert 0.70 < drawn[2] / 2000 < 0.80
 
 
+def focusing_module(places_and_sharing: bool = False, **settings) -> MaskedLMModule:
+    """A tiny model that focuses every caption; ``places_and_sharing``: with the tower's places,
+    the neighbour lookup and read sharing (the relation lever)."""
+    image = ImageTowerConfig(image_size=8, patch_size=4, dim=16, depth=1, num_heads=2,
+                             **(dict(kind="conv_stem", chroma_dim=4, chroma_place=True)
+                                if places_and_sharing else {}))
+    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
+    net = VitBertConfig(image=image, text=text, vocab_size=V,
+                        **(dict(neighbour_lookup_heads=2, lookup_share_window=2)
+                           if places_and_sharing else {}))
+    return MaskedLMModule(net, **{"focus_share": 1.0, **settings})
+
+
+def photographed(batch: dict) -> dict:
+    """``batch`` with a random photo per caption, as the training step sees it."""
+    return {**batch, "images": torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8),
+            "image_index": torch.arange(3)}
+
+
 @pytest.fixture
 def tiny_module():
-    image = ImageTowerConfig(image_size=8, patch_size=4, dim=16, depth=1, num_heads=2)
-    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
-    return MaskedLMModule(VitBertConfig(image=image, text=text, vocab_size=V), focus_share=1.0)
+    return focusing_module()
 
 
 def test_training_learns_the_difficulty_of_the_pieces_it_is_asked(tiny_module):
     batch, caption = mlm_batch()
-    batch["images"] = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
-    batch["image_index"] = torch.arange(3)
+    batch = photographed(batch)
     before = tiny_module.difficulty.loss.clone()
     loss, parts = training_loss(tiny_module.net, batch, 0.0, MASK,
                                 difficulty=tiny_module.difficulty, focus_share=1.0)
@@ -112,9 +128,7 @@ def test_the_running_loss_is_saved_with_the_module_and_loads_back(tiny_module):
     tiny_module.difficulty.loss[7] = 0.5
     state = tiny_module.state_dict()
     assert "difficulty.loss" in state
-    image = ImageTowerConfig(image_size=8, patch_size=4, dim=16, depth=1, num_heads=2)
-    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
-    other = MaskedLMModule(VitBertConfig(image=image, text=text, vocab_size=V), focus_share=1.0)
+    other = focusing_module()
     other.load_state_dict(state)
     assert other.difficulty.loss[7] == 0.5
 
@@ -148,9 +162,7 @@ def test_the_twin_contrast_reads_the_random_mask_not_the_focused_one(tiny_module
         return torch.zeros(())
 
     monkeypatch.setattr(objectives, "twin_contrast_loss", contrast)
-    batch, _ = mlm_batch()
-    batch["images"] = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
-    batch["image_index"] = torch.arange(3)
+    batch = photographed(mlm_batch()[0])
     training_loss(tiny_module.net, batch, 0.0, MASK, twin_weight=1.0,
                   difficulty=tiny_module.difficulty, focus_share=1.0)
     assert torch.equal(seen["labels"], batch["labels"])
@@ -160,17 +172,10 @@ def test_the_twin_contrast_reads_the_random_mask_not_the_focused_one(tiny_module
 def test_the_read_sharing_waits_for_the_focus():
     """Held at its zero start until focus_start (a zero gradient: AdamW then moves nothing),
     trained from then on."""
-    image = ImageTowerConfig(kind="conv_stem", image_size=8, patch_size=4, dim=16, depth=1,
-                             num_heads=2, chroma_dim=4, chroma_place=True)
-    text = TextTowerConfig(dim=16, depth=1, num_heads=2, max_len=8)
-    module = MaskedLMModule(VitBertConfig(image=image, text=text, vocab_size=V,
-                                          neighbour_lookup_heads=2, lookup_share_window=2),
-                            focus_share=1.0, focus_start=0.5)
+    module = focusing_module(places_and_sharing=True, focus_start=0.5)
     module._trainer = SimpleNamespace(estimated_stepping_batches=10, global_step=0)
     optimizer = torch.optim.AdamW(module.parameters(), lr=0.1, weight_decay=0.1)
-    batch, _ = mlm_batch()
-    batch["images"] = torch.randint(0, 256, (3, 3, 8, 8), dtype=torch.uint8)
-    batch["image_index"] = torch.arange(3)
+    batch = photographed(mlm_batch()[0])
     weight = module.net.read_sharing.mix.weight
     for step, moves in ((0, False), (4, False), (5, True)):
         module._trainer.global_step = step
