@@ -26,7 +26,8 @@ def random_model(lookup_heads: int = 0, chroma_dim: int = 0, itc_dim: int = 0,
     written, not a near-uniform guess; a [SEP] bias that ends captions at different lengths.
     With ``lookup_heads`` the neighbour lookup too (its output no longer zero), with
     ``chroma_dim`` a tower that keeps hue apart, which the lookup then reads; with
-    ``share_window`` that tower's places too, and words that hear the reads near them."""
+    ``share_window`` that tower's places too, a lookup that says where it looked, and words
+    that hear the reads near them."""
     image = ImageTowerConfig(kind="conv_stem" if chroma_dim else "vit", image_size=16,
                              patch_size=8, dim=32, depth=1, num_heads=2, chroma_dim=chroma_dim,
                              chroma_place=bool(share_window))
@@ -34,17 +35,20 @@ def random_model(lookup_heads: int = 0, chroma_dim: int = 0, itc_dim: int = 0,
     torch.manual_seed(0)
     net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30, itc_dim=itc_dim,
                                 neighbour_lookup_heads=lookup_heads,
-                                lookup_share_window=share_window)).eval()
+                                lookup_share_window=share_window,
+                                lookup_place=bool(share_window))).eval()
     with torch.no_grad():
         for param in net.parameters():
             if param.ndim > 1:
                 param.normal_(0.0, 0.3)
         if chroma_dim:  # a read this large would write every row alike: one length
             net.lookup.out.weight.mul_(0.2)
+            if net.lookup.place is not None:
+                net.lookup.place.weight.mul_(0.2)
         if share_window:
             net.read_sharing.mix.weight.mul_(0.5)
         net.mlm_head.decoder.bias.zero_()
-        net.mlm_head.decoder.bias[TOKENS.sep] = 2.0
+        net.mlm_head.decoder.bias[TOKENS.sep] = 3.0
     return net
 
 

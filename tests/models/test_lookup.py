@@ -20,10 +20,12 @@ def noisy(module: torch.nn.Module) -> torch.nn.Module:
 
 def split_config(tiny_config, shared: bool = False):
     """A tower that keeps hue apart (chroma_dim), so the lookup finds by one and reads the other;
-    ``shared``: the tower's places too, and words that hear the reads near them."""
+    ``shared``: the tower's places too, a lookup that says where it looked, and words that hear
+    the reads near them."""
     image = ImageTowerConfig(kind="conv_stem", image_size=16, patch_size=8, dim=32, depth=1,
                              num_heads=2, stem_hidden_dim=8, chroma_dim=8, chroma_place=shared)
-    return tiny_config(image=image, neighbour_lookup_heads=2, lookup_share_window=2 * shared)
+    return tiny_config(image=image, neighbour_lookup_heads=2, lookup_share_window=2 * shared,
+                       lookup_place=shared)
 
 
 @pytest.fixture(params=["whole_tokens", "hue_and_form", "shared_reads"])
@@ -75,6 +77,37 @@ def test_the_split_lookup_finds_by_hue_reads_form_and_back():
         by_form = (form_key @ q[3:] / math.sqrt(3)).softmax(0) @ hue_value
         expected = lookup.out.weight @ torch.cat((by_hue, by_form)) + lookup.out.bias
         torch.testing.assert_close(out[0, t], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_lookup_says_where_it_looked_the_attention_written_out():
+    """With ``place`` the last two image channels are the patch's column and row: each head's
+    attention-weighted mean of them, projected, joins the read; the rest is the read without."""
+    lookup = noisy(NeighbourLookup(dim=6, num_heads=2, image_dim=10, hue_dim=4, place=True))
+    words, image, hidden = torch.randn(1, 3, 6), torch.randn(1, 5, 10), torch.randn(1, 3, 6)
+    keep = torch.tensor([[True, False, True, True, True]])
+    form, hue, places = image[0, :, :6], image[0, :, 6:], image[0, :, -2:]
+    out = lookup(words, image, keep, hidden=hidden)
+    hue_key, hue_value = (hue @ lookup.hue.weight.T + lookup.hue.bias).split(3, dim=1)
+    form_key, form_value = (form @ lookup.form.weight.T + lookup.form.bias).split(3, dim=1)
+    for t in range(3):
+        left = words[0, t - 1] if t > 0 else torch.zeros(6)
+        right = words[0, t + 1] if t < 2 else torch.zeros(6)
+        q = lookup.query.weight @ torch.cat((left, right)) + lookup.query.bias
+        q = q + lookup.context.weight @ hidden[0, t] + lookup.context.bias
+        by_hue = (hue_key @ q[:3] / math.sqrt(3)).masked_fill(~keep[0], -math.inf).softmax(0)
+        by_form = (form_key @ q[3:] / math.sqrt(3)).masked_fill(~keep[0], -math.inf).softmax(0)
+        read = torch.cat((by_hue @ form_value, by_form @ hue_value))  # (6,)
+        looked = torch.cat((by_hue @ places, by_form @ places))  # (4,): each head's column, row
+        expected = (lookup.out.weight @ read + lookup.out.bias) + lookup.place.weight @ looked
+        torch.testing.assert_close(out[0, t], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_place_needs_the_towers_places():
+    with pytest.raises(ValueError, match="it needs hue_dim"):
+        NeighbourLookup(dim=6, num_heads=2, place=True)
+    with pytest.raises(ValueError, match="set neighbour_lookup_heads .* image.chroma_place: true"):
+        VitBertConfig(image=ImageTowerConfig(kind="conv_stem", chroma_dim=8),
+                      neighbour_lookup_heads=2, lookup_place=True)
 
 
 def test_the_split_lookup_reads_the_tower_alike_from_pixels_cache_or_index(tiny_config, batch):

@@ -147,6 +147,12 @@ class VitBertConfig:
     whose neighbours name nothing ("left" in "a small red circle is to the left of ...") gets
     the reading of the words that do. 0 = off (a checkpoint written before it existed reads
     as 0)."""
+    lookup_place: bool = False
+    """The neighbour lookup's read also says where it looked (each head's mean patch column and
+    row), in channels of its own; needs ``image.chroma_place``. The words that hear a read
+    (``lookup_share_window``) then learn where the object another word names is
+    (:mod:`vitbert.models.lookup`, docs/binding.md). Off: a checkpoint written before it existed
+    reads as off."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -162,6 +168,10 @@ class VitBertConfig:
             raise ValueError(f"lookup_share_window={self.lookup_share_window} shares what the "
                              f"neighbour lookup reads: use 0, or a window of 1 or more with "
                              f"neighbour_lookup_heads (e.g. 4)")
+        if self.lookup_place and not (self.neighbour_lookup_heads and self.image.chroma_place):
+            raise ValueError("lookup_place reads the patch places the tower keeps beside the hue: "
+                             "set neighbour_lookup_heads (e.g. 4) and image.chroma_place: true "
+                             "(with image.chroma_dim, e.g. 32), or lookup_place: false")
         if self.itc_dim < 0:
             raise ValueError(f"itc_dim={self.itc_dim}: the contrastive space needs a width; use "
                              f"0 (no contrastive heads) or more, e.g. 128")

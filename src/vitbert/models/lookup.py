@@ -26,6 +26,15 @@ is never a circle in training, so a read that holds the purple says "not a circl
 the patch shows one. A read that holds only the form cannot (docs/binding.md: with it, forms
 bind as colours do). Its query also holds the word's own final hidden state, what the encoder
 made of the whole sentence, so a word can ask for more than its neighbours name.
+
+With places in the tower (``ImageTowerConfig.chroma_place``) the lookup can also say *where* it
+looked (``VitBertConfig.lookup_place``): each head's attention-weighted mean of the patches'
+column and row, projected into the read. Why: a relation word needs where the object named
+before it is. The place channels are in the values already, but the output projection, trained
+to fill colours and forms, passes them on weakly, and at a word that is shown (not a target) the
+read is never trained at all; a read that carries where it looked in channels of their own
+gives the words that hear it (:class:`ReadSharing`) a signal from the first step
+(docs/binding.md).
 """
 
 from __future__ import annotations
@@ -46,10 +55,17 @@ class NeighbourLookup(nn.Module):
     ``hue_dim`` > 0: the image tokens are the tower's own (width ``image_dim``), their last
     ``hue_dim`` channels the patch's hue and the rest its form (module doc); else the projected
     image tokens (width ``dim``), keys and values from the whole token.
+
+    ``place``: the image tokens' last two channels are the patch's column and row
+    (``ImageTowerConfig.chroma_place``), and each head's read also holds the mean place it
+    attended to (module doc). Its projection starts small and random, not at zero: a zero one
+    would carry nothing to the words that hear the read, and so receive no gradient from them.
     """
 
+    PLACE_DIM = 2  # column, row
+
     def __init__(self, dim: int, num_heads: int, image_dim: int | None = None,
-                 hue_dim: int = 0) -> None:
+                 hue_dim: int = 0, place: bool = False) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"neighbour lookup: width {dim} does not divide by {num_heads} heads")
@@ -65,7 +81,11 @@ class NeighbourLookup(nn.Module):
         else:
             self.key_value = nn.Linear(dim, 2 * dim)
             self.context = None
+        if place and not hue_dim:
+            raise ValueError("neighbour lookup: place reads the patch places in the tower's hue "
+                             "channels; it needs hue_dim (ImageTowerConfig.chroma_place)")
         self.out = nn.Linear(dim, dim)
+        self.place = nn.Linear(self.PLACE_DIM * num_heads, dim, bias=False) if place else None
         init_transformer_weights(self)
         nn.init.zeros_(self.out.weight)
 
@@ -100,9 +120,15 @@ class NeighbourLookup(nn.Module):
         # A caption with every image token blocked reads zero; its softmax runs over every token
         # (not over none, which is NaN in the forward and the backward) and is then discarded.
         mask = (keep | ~has_image[:, None])[:, None, None, :]  # (B, 1, 1, N)
-        read = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, Dh)
-        read = read.transpose(1, 2).flatten(2)  # (B, T, D)
-        return self.out(read) * has_image[:, None, None]
+        if self.place is not None:  # each head also reads the places: values (B, H, N, Dh + 2)
+            places = image[:, None, :, -self.PLACE_DIM:].expand(-1, H, -1, -1)
+            v = torch.cat((v, places.to(v.dtype)), dim=-1)
+        read = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, Dh [+ 2])
+        read, looked = read.split((D // H, read.shape[-1] - D // H), dim=-1)
+        out = self.out(read.transpose(1, 2).flatten(2))  # (B, T, D)
+        if self.place is not None:
+            out = out + self.place(looked.transpose(1, 2).flatten(2))  # from (B, T, 2H)
+        return out * has_image[:, None, None]
 
     def keys_and_values(self, image: Tensor) -> tuple[Tensor, Tensor]:
         """(B, N, ·) image tokens → keys, values (B, N, D); with ``hue_dim`` the first half of

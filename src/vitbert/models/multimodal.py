@@ -76,7 +76,7 @@ class VitBert(nn.Module):
         # Each word's neighbours read the photo in one step (binding; off when 0 heads).
         # With a tower that keeps hue apart (image.chroma_dim) it reads the tower's tokens.
         self.lookup = (NeighbourLookup(text.dim, config.neighbour_lookup_heads, config.image.dim,
-                                       config.image.chroma_dim)
+                                       config.image.chroma_dim, config.lookup_place)
                        if config.neighbour_lookup_heads else None)
         # What the words near a word read, heard by it too (relations; off when 0).
         self.read_sharing = (ReadSharing(text.dim, config.lookup_share_window)
