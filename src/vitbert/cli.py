@@ -259,9 +259,10 @@ def run_with_one_line_errors(run: Callable[[list[str]], T], args: list[str],
 # configs/default.yaml says now (and its net, read with itc_dim 0, has no heads to train).
 SETTINGS_ADDED_SINCE: dict[str, object] = {"itc_weight": 0.0}
 # Model settings removed since (the word pointer's and the colour-swapped copies', a shapes-only
-# add-on): a checkpoint that holds them reads without them, and without the pointer's weights
+# add-on; focus_share, focused captions instead of random ones, now beside them by focus_weight):
+# a checkpoint that holds them reads without them, and without the pointer's weights
 # (vitbert.io.drop_removed_weights; its net.pointer goes in VitBertConfig.from_dict).
-SETTINGS_REMOVED = ("word_detection_colour_swaps", "pointer_tower_weight")
+SETTINGS_REMOVED = ("word_detection_colour_swaps", "pointer_tower_weight", "focus_share")
 OPTIMIZER_SETTINGS_REMOVED = ("pointer_lr_mult",)
 
 

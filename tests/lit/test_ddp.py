@@ -28,7 +28,8 @@ def test_two_process_ddp_synchronises_metrics(tmp_path, monkeypatch):
     # With the focused masking and the read sharing that waits for it (from step 2 of 4): a
     # parameter held by a zero gradient, not by requires_grad, so DDP's buckets stay as built.
     focus = ["--model.net.image.chroma_place", "true", "--model.net.lookup_share_window", "2",
-             "--model.focus_share", "1.0", "--model.focus_start", "0.5"]
+             "--model.net.lookup_place", "true",
+             "--model.focus_weight", "1.0", "--model.focus_start", "0.5"]
     common = [*TINY_MODEL, *focus, *data_args]
     command = [
         sys.executable, str(REPO / "scripts" / "train.py"), "fit", *common,

@@ -1,5 +1,6 @@
-"""Focused masking: one hard content piece hidden per focused caption, the rest in view, drawn by
-the running loss it keeps per piece (vitbert.lit.focus)."""
+"""Focused masking: a copy of each caption with one hard content piece hidden and the rest in
+view, drawn by the running loss it keeps per piece, trained beside the random masks
+(vitbert.lit.focus)."""
 
 import math
 from types import SimpleNamespace
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from vitbert.lit.focus import PieceDifficulty
+from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import IGNORE_INDEX, training_loss
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBertConfig
@@ -45,7 +47,7 @@ def test_a_focused_caption_hides_one_content_piece_and_shows_the_rest():
     batch, caption = mlm_batch()
     difficulty = PieceDifficulty(V)
     for seed in range(20):
-        out = difficulty.focus(batch, 1.0, MASK, torch.Generator().manual_seed(seed))
+        out = difficulty.focus(batch, MASK, torch.Generator().manual_seed(seed))
         targets = out["labels"] != IGNORE_INDEX
         for b in range(2):  # the captions with content pieces: one target, a content piece
             (position,) = targets[b].nonzero()[:, 0].tolist()
@@ -54,22 +56,23 @@ def test_a_focused_caption_hides_one_content_piece_and_shows_the_rest():
             assert out["input_ids"][b, position] == MASK
             shown = torch.arange(7) != position
             assert (out["input_ids"][b, shown] == caption[b, shown]).all(), "the rest in view"
-        for key in ("input_ids", "labels"):  # no content piece: never focused, mask kept
-            assert (out[key][2] == batch[key][2]).all()
+        # No content piece: no target in the copy, the whole caption shown.
+        assert not targets[2].any() and (out["input_ids"][2] == caption[2]).all()
         assert out["images"] is batch["images"]
 
 
-def test_share_zero_changes_nothing_and_a_share_focuses_about_that_many_captions():
-    batch, _ = mlm_batch()
-    difficulty = PieceDifficulty(V)
+def test_without_a_focus_weight_the_loss_is_the_random_masks_and_nothing_is_drawn(tiny_module):
+    """Before focus_start (weight 0) the batch's random targets are the loss, their losses update
+    the running difficulty, and no random number is drawn."""
+    batch = photographed(mlm_batch()[0])
+    tiny_module.eval()  # no dropout: the same loss twice
+    expected = masked_lm_loss(tiny_module.net, batch)
     state = torch.get_rng_state()
-    assert difficulty.focus(batch, 0.0, MASK) is batch
+    loss, parts = training_loss(tiny_module.net, batch, 0.0, MASK,
+                                difficulty=tiny_module.difficulty, focus_weight=0.0)
     assert torch.equal(torch.get_rng_state(), state), "no random number drawn"
-    focused = 0
-    for seed in range(400):
-        out = difficulty.focus(batch, 0.25, MASK, torch.Generator().manual_seed(seed))
-        focused += int((out["labels"][0] != batch["labels"][0]).any())
-    assert 0.18 < focused / 400 < 0.32
+    torch.testing.assert_close(loss, expected)
+    assert "train/focus_loss" not in parts
 
 
 def test_the_draw_follows_the_running_loss():
@@ -80,7 +83,7 @@ def test_the_draw_follows_the_running_loss():
     drawn = torch.zeros(7)
     generator = torch.Generator().manual_seed(0)
     for _ in range(2000):
-        drawn += (difficulty.focus(batch, 1.0, MASK, generator)["labels"][0] != IGNORE_INDEX)
+        drawn += (difficulty.focus(batch, MASK, generator)["labels"][0] != IGNORE_INDEX)
     assert drawn[4] == 0, "a solved piece (running loss 0) is not drawn"
     assert 0.70 < drawn[2] / 2000 < 0.80
 
@@ -95,7 +98,7 @@ def focusing_module(places_and_sharing: bool = False, **settings) -> MaskedLMMod
     net = VitBertConfig(image=image, text=text, vocab_size=V,
                         **(dict(neighbour_lookup_heads=2, lookup_share_window=2)
                            if places_and_sharing else {}))
-    return MaskedLMModule(net, **{"focus_share": 1.0, **settings})
+    return MaskedLMModule(net, **{"focus_weight": 1.0, **settings})
 
 
 def photographed(batch: dict) -> dict:
@@ -109,19 +112,28 @@ def tiny_module():
     return focusing_module()
 
 
-def test_training_learns_the_difficulty_of_the_pieces_it_is_asked(tiny_module):
+def test_the_focused_copy_is_trained_beside_the_random_masks(tiny_module):
+    """loss = the random targets' mean + focus_weight × the focused copy's mean, and the running
+    difficulty learns from both: the three random targets (a function word each) and one content
+    piece of each of the first two captions."""
     batch, caption = mlm_batch()
     batch = photographed(batch)
-    before = tiny_module.difficulty.loss.clone()
-    loss, parts = training_loss(tiny_module.net, batch, 0.0, MASK,
-                                difficulty=tiny_module.difficulty, focus_share=1.0)
-    loss.backward()
-    changed = (tiny_module.difficulty.loss != before).nonzero()[:, 0]
-    # Asked: one content piece of each of the first two captions, and the third's random target.
-    assert len(changed) == 3 and caption[2, 1] in changed
-    content = set(caption[:2, 2:5].flatten().tolist())
-    assert set(changed.tolist()) - {caption[2, 1].item()} <= content
-    assert torch.isfinite(loss) and loss.item() == parts["train/loss"].item()
+    tiny_module.eval()  # no dropout: the same losses twice
+    difficulty = tiny_module.difficulty
+    before = difficulty.loss.clone()
+    torch.manual_seed(3)
+    focused = difficulty.focus(batch, MASK)
+    expected = (masked_lm_loss(tiny_module.net, batch)
+                + 2.5 * masked_lm_loss(tiny_module.net, focused))
+    torch.manual_seed(3)
+    loss, parts = training_loss(tiny_module.net, batch, 0.0, MASK, difficulty=difficulty,
+                                focus_weight=2.5)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(loss, parts["train/loss"] + 2.5 * parts["train/focus_loss"])
+    changed = set((difficulty.loss != before).nonzero()[:, 0].tolist())
+    drawn = set(caption[focused["labels"] != IGNORE_INDEX].tolist())
+    assert len(drawn) == 2 and drawn <= set(caption[:2, 2:5].flatten().tolist())
+    assert changed == set(caption[:, 1].tolist()) | drawn
 
 
 def test_the_running_loss_is_saved_with_the_module_and_loads_back(tiny_module):
@@ -133,9 +145,9 @@ def test_the_running_loss_is_saved_with_the_module_and_loads_back(tiny_module):
     assert other.difficulty.loss[7] == 0.5
 
 
-def test_focus_share_is_a_share():
-    with pytest.raises(ValueError, match=r"focus_share=1\.5 is a share"):
-        MaskedLMModule(focus_share=1.5)
+def test_focus_weight_is_a_weight():
+    with pytest.raises(ValueError, match=r"focus_weight=-1\.0 weighs a loss"):
+        MaskedLMModule(focus_weight=-1.0)
     assert MaskedLMModule().difficulty is None  # off by default: random masking alone
 
 
@@ -147,7 +159,7 @@ def test_captions_are_focused_from_focus_start_on(tiny_module):
     tiny_module._trainer.global_step = 5
     assert tiny_module.focusing
     with pytest.raises(ValueError, match=r"focus_start=1\.0 is a fraction"):
-        MaskedLMModule(focus_share=1.0, focus_start=1.0)
+        MaskedLMModule(focus_weight=1.0, focus_start=1.0)
 
 
 def test_the_twin_contrast_reads_the_random_mask_not_the_focused_one(tiny_module, monkeypatch):
@@ -164,7 +176,7 @@ def test_the_twin_contrast_reads_the_random_mask_not_the_focused_one(tiny_module
     monkeypatch.setattr(objectives, "twin_contrast_loss", contrast)
     batch = photographed(mlm_batch()[0])
     training_loss(tiny_module.net, batch, 0.0, MASK, twin_weight=1.0,
-                  difficulty=tiny_module.difficulty, focus_share=1.0)
+                  difficulty=tiny_module.difficulty, focus_weight=1.0)
     assert torch.equal(seen["labels"], batch["labels"])
     assert torch.equal(seen["input_ids"], batch["input_ids"])
 
@@ -183,7 +195,7 @@ def test_the_read_sharing_waits_for_the_focus():
         with torch.no_grad():  # a lookup that reads something, so the sharing has a gradient
             module.net.lookup.out.weight.normal_()
         loss, _ = training_loss(module.net, batch, 0.0, MASK, difficulty=module.difficulty,
-                                focus_share=1.0)
+                                focus_weight=1.0)
         loss.backward()
         assert weight.grad.abs().sum() > 0
         module.on_before_optimizer_step(optimizer)

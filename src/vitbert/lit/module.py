@@ -61,10 +61,11 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         twin_weight: weight of the twin contrast (:mod:`vitbert.lit.twins`: in MLM batches, a
             hidden word of a caption likelier under its own photo than under a twin's, whose
             caption exchanges two of its words; binding). Needs ``data.twin_photos: true``.
-        focus_share: the share of each MLM batch's captions that have one content piece
-            hidden instead of their random targets, drawn in proportion to the model's running
-            loss on it, the rest of the caption in view (:mod:`vitbert.lit.focus`: the words it
-            has not learnt yet, with what they need to be learnt); 0: random masking alone.
+        focus_weight: weight of the focused loss: each MLM batch's captions are trained a
+            second time with one content piece hidden, drawn in proportion to the model's
+            running loss on it, the rest of the caption in view (:mod:`vitbert.lit.focus`: the
+            words it has not learnt yet, with what they need to be learnt), beside their random
+            targets; 0: random masking alone.
         focus_start: the fraction of the run's optimiser steps after which captions are
             focused (the running losses are measured from the first step): random masking
             first teaches the words that the focused ones are read beside. Until then the
@@ -81,7 +82,7 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
                  generation_probability: float = 0.3, itm_weight: float = 0.0,
                  word_detection_weight: float = 0.0, itm_swap_negatives: bool = False,
                  itc_weight: float = 0.0, twin_weight: float = 0.0,
-                 focus_share: float = 0.0, focus_start: float = 0.0) -> None:
+                 focus_weight: float = 0.0, focus_start: float = 0.0) -> None:
         super().__init__()
         net = with_contrastive_heads(
             net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net), itc_weight)
@@ -101,10 +102,10 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         if not 0.0 <= focus_start < 1.0:
             raise ValueError(f"focus_start={focus_start} is a fraction of the run's steps: use 0 "
                              f"(from the first) up to below 1")
-        if not 0.0 <= focus_share <= 1.0:
-            raise ValueError(f"focus_share={focus_share} is a share of the captions: use 0 (off) "
-                             f"up to 1")
-        self.difficulty = PieceDifficulty(net.vocab_size) if focus_share else None
+        if focus_weight < 0:
+            raise ValueError(f"focus_weight={focus_weight} weighs a loss: use 0 (off) or more, "
+                             f"e.g. 2")
+        self.difficulty = PieceDifficulty(net.vocab_size) if focus_weight else None
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
         self.tokenizer = None  # set from the data module, or restored from a checkpoint
@@ -141,7 +142,7 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
                                     self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
                                     self.word_head, hp.word_detection_weight, self.swaps,
                                     hp.itc_weight, hp.twin_weight, self.difficulty,
-                                    hp.focus_share if self.focusing else 0.0)
+                                    hp.focus_weight if self.focusing else 0.0)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 
@@ -156,7 +157,7 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
 
     @property
     def focusing(self) -> bool:
-        """Whether this training step focuses captions (``focus_share`` after ``focus_start``)."""
+        """Whether this training step focuses captions (``focus_weight`` after ``focus_start``)."""
         start = self.hparams.focus_start * self.trainer.estimated_stepping_batches
         return self.difficulty is not None and self.global_step >= start
 

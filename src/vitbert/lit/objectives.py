@@ -105,7 +105,7 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   word_head: nn.Module | None = None, word_weight: float = 0.0,
                   swaps: SwapNegatives | None = None, itc_weight: float = 0.0,
                   twin_weight: float = 0.0, difficulty: PieceDifficulty | None = None,
-                  focus_share: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
+                  focus_weight: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
@@ -114,13 +114,15 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
     detection loss when ``word_head`` is, plus ``itc_weight`` times the contrastive loss
     (:mod:`vitbert.lit.contrastive`; the network's own heads), plus, in MLM batches,
     ``twin_weight`` times the twin contrast (:mod:`vitbert.lit.twins`): one term each, over one
-    tower pass (and one over the twins' photos). With ``difficulty``, ``focus_share`` of an MLM
-    batch's captions are focused (one hard content piece hidden, :mod:`vitbert.lit.focus`) and
-    the batch's losses update the running difficulty. Without them the loss is exactly the MLM
-    loss as it always was: nothing else runs and no random number is drawn.
+    tower pass (and one over the twins' photos). With ``difficulty`` an MLM batch's losses
+    update the running difficulty, and with ``focus_weight`` its captions are trained a second
+    time, focused (one hard content piece hidden, the rest shown: :mod:`vitbert.lit.focus`),
+    that weight times the focused loss. Without them the loss is exactly the MLM loss as it
+    always was: nothing else runs and no random number is drawn.
     """
     parts, extra = {}, []
-    if itm_head is not None or word_head is not None or itc_weight or twin_weight:
+    if (itm_head is not None or word_head is not None or itc_weight or twin_weight
+            or difficulty is not None):
         batch = with_tower_output(net, batch)
     if itc_weight:
         parts["train/itc_loss"] = itc_loss(net, batch, original_caption(batch))
@@ -134,10 +136,17 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
     batch, mode = choose_objective(batch, generation_probability, mask_token_id)
     name = "train/generation_loss" if mode == "seq2seq" else "train/loss"
     if difficulty is not None and mode == "bidirectional":
-        focused = difficulty.focus(batch, focus_share, mask_token_id)
-        losses, pieces = masked_lm_losses(net, focused, mode)  # (M,) each
-        difficulty.update(pieces, losses.detach())
+        losses, pieces = masked_lm_losses(net, batch, mode)  # (M,) each
         parts[name] = loss = losses.mean()
+        if focus_weight:
+            focused = difficulty.focus(batch, mask_token_id)
+            focused_losses, focused_pieces = masked_lm_losses(net, focused, mode)  # (F,) each
+            if len(focused_losses):  # a batch with no content piece has nothing to focus
+                parts["train/focus_loss"] = focused_losses.mean()
+                extra.append(focus_weight * parts["train/focus_loss"])
+            losses = torch.cat((losses, focused_losses))
+            pieces = torch.cat((pieces, focused_pieces))
+        difficulty.update(pieces, losses.detach())
     else:
         parts[name] = loss = masked_lm_loss(net, batch, mode)
     if twin_weight and mode == "bidirectional":  # in seq2seq batches too, it bound less
