@@ -30,11 +30,10 @@ made of the whole sentence, so a word can ask for more than its neighbours name.
 With places in the tower (``ImageTowerConfig.chroma_place``) the lookup can also say *where* it
 looked (``VitBertConfig.lookup_place``): each head's attention-weighted mean of the patches'
 column and row, projected into the read. Why: a relation word needs where the object named
-before it is. The place channels are in the values already, but the output projection, trained
-to fill colours and forms, passes them on weakly, and at a word that is shown (not a target) the
-read is never trained at all; a read that carries where it looked in channels of their own
-gives the words that hear it (:class:`ReadSharing`) a signal from the first step
-(docs/binding.md).
+before it is, and the colour word before it looks at that object already. The place channels
+are in the values, but the output projection, trained to fill colours and forms, passes them on
+weakly (relations stayed at chance); in channels of their own the place reaches the words that
+hear the read (:class:`ReadSharing`), and relations left chance (docs/binding.md).
 """
 
 from __future__ import annotations
