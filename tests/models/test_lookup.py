@@ -105,7 +105,7 @@ def test_the_lookup_says_where_it_looked_the_attention_written_out():
 def test_the_place_needs_the_towers_places():
     with pytest.raises(ValueError, match="it needs hue_dim"):
         NeighbourLookup(dim=6, num_heads=2, place=True)
-    with pytest.raises(ValueError, match="set neighbour_lookup_heads .* image.chroma_place: true"):
+    with pytest.raises(ValueError, match=r"neighbour_lookup_heads .* image\.chroma_place: true"):
         VitBertConfig(image=ImageTowerConfig(kind="conv_stem", chroma_dim=8),
                       neighbour_lookup_heads=2, lookup_place=True)
 
