@@ -135,7 +135,8 @@ def test_sampling_cold_is_greedy_with_greedys_scores(model, images):
 def test_the_first_piece_is_drawn_with_the_models_probabilities():
     net, photo = random_model(), torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8)
     written = torch.full((1, 1), TOKENS.cls)
-    wanted = _restrict(_NextWord(net, TOKENS, photo, 1, True)(written), TOKENS, 0).exp()[0]
+    # The banned pieces ([SEP] first among them) out, the rest renormalised, as sampling does.
+    wanted = _restrict(_NextWord(net, TOKENS, photo, 1, True)(written), TOKENS, 0).softmax(-1)[0]
     n = 4000
     drawn = torch.tensor([s.token_ids[0] for s in sample(net, TOKENS, photo, num_samples=n)[0]])
     share = torch.bincount(drawn, minlength=len(wanted)).float() / n
