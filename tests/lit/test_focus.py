@@ -64,15 +64,19 @@ def test_a_focused_caption_hides_one_content_piece_and_shows_the_rest():
 def test_without_a_focus_weight_the_loss_is_the_random_masks_and_nothing_is_drawn(tiny_module):
     """Before focus_start (weight 0) the batch's random targets are the loss, their losses update
     the running difficulty, and no random number is drawn."""
-    batch = photographed(mlm_batch()[0])
+    batch, caption = mlm_batch()
+    batch = photographed(batch)
     tiny_module.eval()  # no dropout: the same loss twice
     expected = masked_lm_loss(tiny_module.net, batch)
+    before = tiny_module.difficulty.loss.clone()
     state = torch.get_rng_state()
     loss, parts = training_loss(tiny_module.net, batch, 0.0, MASK,
                                 difficulty=tiny_module.difficulty, focus_weight=0.0)
     assert torch.equal(torch.get_rng_state(), state), "no random number drawn"
     torch.testing.assert_close(loss, expected)
     assert "train/focus_loss" not in parts
+    changed = set((tiny_module.difficulty.loss != before).nonzero()[:, 0].tolist())
+    assert changed == set(caption[:, 1].tolist())  # the three random targets' pieces
 
 
 def test_the_draw_follows_the_running_loss():
