@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitbert.models.patch_embed import PatchChroma
 from vitbert.models.vit import init_transformer_weights
 
 
@@ -61,7 +62,7 @@ class NeighbourLookup(nn.Module):
     would carry nothing to the words that hear the read, and so receive no gradient from them.
     """
 
-    PLACE_DIM = 2  # column, row
+    PLACE_DIM = PatchChroma.PLACE_DIM  # column, row: the tower's last channels that say where
 
     def __init__(self, dim: int, num_heads: int, image_dim: int | None = None,
                  hue_dim: int = 0, place: bool = False) -> None:
@@ -123,10 +124,12 @@ class NeighbourLookup(nn.Module):
             places = image[:, None, :, -self.PLACE_DIM:].expand(-1, H, -1, -1)
             v = torch.cat((v, places.to(v.dtype)), dim=-1)
         read = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, Dh [+ 2])
-        read, looked = read.split((D // H, read.shape[-1] - D // H), dim=-1)
-        out = self.out(read.transpose(1, 2).flatten(2))  # (B, T, D)
-        if self.place is not None:
-            out = out + self.place(looked.transpose(1, 2).flatten(2))  # from (B, T, 2H)
+        if self.place is None:
+            out = self.out(read.transpose(1, 2).flatten(2))  # (B, T, D)
+        else:
+            read, looked = read.split((D // H, self.PLACE_DIM), dim=-1)
+            out = (self.out(read.transpose(1, 2).flatten(2))  # (B, T, D)
+                   + self.place(looked.transpose(1, 2).flatten(2)))  # from (B, T, 2H)
         return out * has_image[:, None, None]
 
     def keys_and_values(self, image: Tensor) -> tuple[Tensor, Tensor]:
