@@ -237,7 +237,8 @@ def _win(true: Tensor, negative: Tensor) -> float:
 class BindingEvaluation(SplitEvaluation):
     """The swap tests at the end of each validation (a fixed sample of ``num_images`` pictures,
     every caption of each) and test (every picture of the split), logged as
-    ``{stage}/binding_{score}[_{kind}]``; ``num_images`` 0 turns them off.
+    ``{stage}/binding_{score}[_{kind}]``; ``num_images`` 0 turns them off; ``every_n_epochs`` as
+    in :class:`vitbert.lit.evaluation.SplitEvaluation`.
 
     The negatives are the data source's own (``binding_swaps``) where it has them, else
     :func:`generic_swaps` over the training captions' word pairs (built once per tokenizer). The
@@ -246,8 +247,9 @@ class BindingEvaluation(SplitEvaluation):
 
     prefix = "binding_"
 
-    def __init__(self, num_images: int = 200, batch_pictures: int = 32) -> None:
-        super().__init__(num_images)
+    def __init__(self, num_images: int = 200, batch_pictures: int = 32,
+                 every_n_epochs: int = 1) -> None:
+        super().__init__(num_images, every_n_epochs)
         self.batch_pictures = batch_pictures
         self._swaps: tuple[object, SwapNegatives] | None = None  # (tokenizer, its swaps)
 

@@ -55,11 +55,13 @@ class CaptionEvaluation(SplitEvaluation):
         batch_size: images captioned at once.
         rerank_samples: captions sampled per image beside the greedy one, for the reranked
             figures (a model with contrastive heads only); 0 leaves them out.
+        every_n_epochs: in ``fit``, written at every n-th epoch's validation and the last one
+            (:class:`vitbert.lit.evaluation.SplitEvaluation`).
     """
 
     def __init__(self, num_images: int = 200, batch_size: int = 100,
-                 rerank_samples: int = 15) -> None:
-        super().__init__(num_images)
+                 rerank_samples: int = 15, every_n_epochs: int = 1) -> None:
+        super().__init__(num_images, every_n_epochs)
         if rerank_samples < 0:
             raise ValueError(f"captions.rerank_samples {rerank_samples}: use 0 (off) or more")
         self.batch_size = batch_size

@@ -185,12 +185,15 @@ class RetrievalEvaluation(SplitEvaluation):
         rerank_k: each query's shortlist re-ranked by the matching head, when the model has one;
             0 ranks by the contrastive score alone.
         batch_size: photos, captions or pairs per forward pass.
+        every_n_epochs: in ``fit``, measured at every n-th epoch's validation and the last one
+            (:class:`vitbert.lit.evaluation.SplitEvaluation`).
     """
 
     prefix = "retrieval_"
 
-    def __init__(self, num_images: int = 500, rerank_k: int = 16, batch_size: int = 256) -> None:
-        super().__init__(num_images)
+    def __init__(self, num_images: int = 500, rerank_k: int = 16, batch_size: int = 256,
+                 every_n_epochs: int = 1) -> None:
+        super().__init__(num_images, every_n_epochs)
         self.rerank_k = rerank_k
         self.batch_size = batch_size
 

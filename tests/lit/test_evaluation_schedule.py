@@ -1,0 +1,55 @@
+"""When the whole-split figures (captions, binding, retrieval) are measured in a fit."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from lightning.pytorch.trainer.states import TrainerFn
+
+from vitbert.lit.evaluation import SplitEvaluation
+
+
+class Recorder(SplitEvaluation):
+    """Records the validations it measures instead of measuring them."""
+
+    def __init__(self, every_n_epochs: int) -> None:
+        super().__init__(num_images=8, every_n_epochs=every_n_epochs)
+        self.measured: list[int] = []
+
+    def _log(self, trainer, pl_module, stage, limit) -> None:
+        self.measured.append(trainer.current_epoch + 1)
+
+
+def trainer(epoch: int, fn: TrainerFn = TrainerFn.FITTING, max_epochs: int | None = 5,
+            max_steps: int = -1, global_step: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(state=SimpleNamespace(fn=fn), current_epoch=epoch,
+                           max_epochs=max_epochs, max_steps=max_steps, global_step=global_step,
+                           sanity_checking=False)
+
+
+@pytest.mark.parametrize(("every", "measured"), [(1, [1, 2, 3, 4, 5]), (2, [2, 4, 5]),
+                                                 (3, [3, 5]), (9, [5])])
+def test_a_fit_measures_every_nth_epoch_and_the_last(every, measured):
+    recorder = Recorder(every)
+    for epoch in range(5):
+        recorder.on_validation_epoch_end(trainer(epoch), None)
+    assert recorder.measured == measured
+
+
+def test_a_fit_that_ends_on_max_steps_measures_its_last_validation():
+    recorder = Recorder(4)
+    recorder.on_validation_epoch_end(trainer(0, max_epochs=-1, max_steps=10, global_step=6), None)
+    recorder.on_validation_epoch_end(trainer(1, max_epochs=-1, max_steps=10, global_step=10), None)
+    assert recorder.measured == [2]
+
+
+def test_validate_always_measures():
+    recorder = Recorder(3)
+    recorder.on_validation_epoch_end(trainer(0, TrainerFn.VALIDATING), None)
+    assert recorder.measured == [1]
+
+
+def test_every_n_epochs_is_a_count():
+    with pytest.raises(ValueError, match="every_n_epochs=0"):
+        Recorder(0)
