@@ -140,6 +140,35 @@ def test_the_focused_copy_is_trained_beside_the_random_masks(tiny_module):
     assert changed == set(caption[:, 1].tolist()) | drawn
 
 
+def test_a_fraction_of_the_batch_is_focused_and_its_photos_stay_whole(tiny_module):
+    """focus_fraction 0.5 of three captions: the first two (⌈1.5⌉) get a focused copy, each still
+    pointing at its own photo and twin; at 0.3 the first alone, and the loss is the random
+    targets' mean over all three + the weight × that one copy's loss."""
+    batch = photographed(mlm_batch()[0])
+    batch["image_index"] = torch.tensor([2, 0, 1])  # caption b sees photo image_index[b]
+    batch["twin_images"], batch["twin_index"] = torch.zeros(1, 3, 8, 8), torch.tensor([-1, 0, -1])
+    generator = torch.Generator().manual_seed(0)
+    focused = tiny_module.difficulty.focus(batch, MASK, generator, fraction=0.5)
+    assert focused["input_ids"].shape == (2, 7)
+    torch.testing.assert_close(focused["image_index"], torch.tensor([2, 0]))
+    torch.testing.assert_close(focused["twin_index"], torch.tensor([-1, 0]))
+    assert focused["images"] is batch["images"] and focused["twin_images"] is batch["twin_images"]
+    torch.testing.assert_close(focused["labels"] != IGNORE_INDEX,
+                               (focused["input_ids"] == MASK) & batch["content_mask"][:2])
+
+    tiny_module.eval()  # no dropout: the same losses twice
+    torch.manual_seed(3)
+    first = tiny_module.difficulty.focus(batch, MASK, fraction=0.3)
+    assert len(first["input_ids"]) == 1
+    expected = masked_lm_loss(tiny_module.net, batch) + 2.0 * masked_lm_loss(tiny_module.net, first)
+    torch.manual_seed(3)
+    loss, _ = training_loss(tiny_module.net, batch, 0.0, MASK, difficulty=tiny_module.difficulty,
+                            focus_weight=2.0, focus_fraction=0.3)
+    torch.testing.assert_close(loss, expected)
+    with pytest.raises(ValueError, match=r"focus_fraction=0\.0 is the share"):
+        focusing_module(focus_fraction=0.0)
+
+
 def test_the_running_loss_is_saved_with_the_module_and_loads_back(tiny_module):
     tiny_module.difficulty.loss[7] = 0.5
     state = tiny_module.state_dict()

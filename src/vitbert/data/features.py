@@ -188,6 +188,9 @@ class FeatureDataset(Dataset):
 # batch's P distinct photos (`images` (P, 3, S, S) or `image_features` (P, N, D_img)). Without it
 # the photos are one per caption, in caption order.
 IMAGE_INDEX = "image_index"
+# A caption's twin photos (vitbert.data.twins): the item field, and in a batch the K twins drawn
+# (K, 3, S, S); the batch field that says which of them each caption sees, -1 for none (B,).
+TWIN_IMAGES, TWIN_INDEX = "twin_images", "twin_index"
 
 
 def batch_image(batch: dict[str, Tensor]) -> Tensor:
@@ -215,6 +218,7 @@ def image_argument(batch: dict[str, Tensor], image: Tensor | None) -> dict[str, 
 
 def select_captions(batch: dict[str, Tensor], keep: Tensor) -> dict[str, Tensor]:
     """The captions ``keep`` (B,) bool of ``batch``. Per-caption keys are sliced; deduplicated
-    photos stay whole (their ``image_index`` is sliced, so each kept caption keeps its photo)."""
-    photos = (FEATURES_KEY, "images") if IMAGE_INDEX in batch else ()
+    photos stay whole (their ``image_index`` is sliced, so each kept caption keeps its photo), and
+    so do the twin photos (by their ``twin_index``)."""
+    photos = ((FEATURES_KEY, "images") if IMAGE_INDEX in batch else ()) + (TWIN_IMAGES,)
     return {key: value if key in photos else value[keep] for key, value in batch.items()}

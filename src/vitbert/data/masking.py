@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from .features import FEATURES_KEY, IMAGE_INDEX
+from .features import FEATURES_KEY, IMAGE_INDEX, TWIN_IMAGES, TWIN_INDEX
 from .resume import MASK_KEY
 
 # Function words and punctuation: most masked pieces are these, and they say little about the
@@ -35,9 +35,8 @@ STOP_WORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(".,;:!?'\"-()")
 
 IGNORE_INDEX = -100
 # Item fields of a caption's twin photos and the spans of the words they exchange (data.twins),
-# and the batch fields that say which twin each caption sees and where its exchanged words are.
-TWIN_IMAGES, TWIN_SPANS = "twin_images", "twin_spans"
-TWIN_INDEX, TWIN_MASK = "twin_index", "twin_mask"
+# and the batch field that says where its exchanged words are (the photos' fields: .features).
+TWIN_SPANS, TWIN_MASK = "twin_spans", "twin_mask"
 
 
 class MLMCollator:

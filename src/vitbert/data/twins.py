@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from .masking import STOP_WORDS, TWIN_IMAGES, TWIN_SPANS
+from .features import TWIN_IMAGES
+from .masking import STOP_WORDS, TWIN_SPANS
 
 WORD = re.compile(r"\w+|[^\w\s]")
 MAX_TWINS = 4  # photos an item carries; the collator draws one (more cost loading, teach little)

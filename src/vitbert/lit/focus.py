@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vitbert.data.features import select_captions
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.objectives import original_caption
 
@@ -65,15 +66,24 @@ class PieceDifficulty(nn.Module):
                            + (1.0 - self.momentum) * total[seen] / count[seen])
 
     def focus(self, batch: Batch, mask_token_id: int,
-              generator: torch.Generator | None = None) -> Batch:
+              generator: torch.Generator | None = None, fraction: float = 1.0) -> Batch:
         """A focused copy of a masked-language ``batch``: each caption with one content piece
         hidden (drawn in proportion to its running loss) and no other target. A caption with no
         content piece has no target in the copy.
 
         Reads the caption back from the batch (``labels`` at its targets, ``input_ids``
         elsewhere); the focused piece is always [MASK]. Returns new ``input_ids`` and ``labels``
-        (B, T), the other keys unchanged.
+        (B', T), the other keys unchanged. ``fraction`` < 1 copies only the first ⌈fraction·B⌉
+        captions (B' of them; the loader shuffles, so they are a random sample): the copy is a
+        second pass through the encoder, and a part of the batch costs that part of the pass.
         """
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"focus fraction {fraction}: the share of a batch's captions that "
+                             f"get a focused copy, in (0, 1]")
+        count = math.ceil(fraction * len(batch["input_ids"]))
+        if count < len(batch["input_ids"]):
+            keep = torch.arange(len(batch["input_ids"]), device=batch["input_ids"].device) < count
+            batch = select_captions(batch, keep)
         caption = original_caption(batch)  # (B, T)
         T = caption.shape[1]
         eligible = batch["content_mask"].bool() & batch["attention_mask"].bool()  # (B, T)

@@ -72,6 +72,9 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
             read sharing (``net.lookup_share_window``), which carries what the focused
             relation words need, is held at its start (zero): the recipe measured in
             docs/binding.md.
+        focus_fraction: the share of each masked-language batch's captions that get a focused
+            copy (the first ones; the loader shuffles): the copy is a second encoder pass, and
+            half the captions cost half of it.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
@@ -82,7 +85,8 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
                  generation_probability: float = 0.3, itm_weight: float = 0.0,
                  word_detection_weight: float = 0.0, itm_swap_negatives: bool = False,
                  itc_weight: float = 0.0, twin_weight: float = 0.0,
-                 focus_weight: float = 0.0, focus_start: float = 0.0) -> None:
+                 focus_weight: float = 0.0, focus_start: float = 0.0,
+                 focus_fraction: float = 1.0) -> None:
         super().__init__()
         net = with_contrastive_heads(
             net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net), itc_weight)
@@ -105,6 +109,9 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
         if focus_weight < 0:
             raise ValueError(f"focus_weight={focus_weight} weighs a loss: use 0 (off) or more, "
                              f"e.g. 2")
+        if not 0.0 < focus_fraction <= 1.0:
+            raise ValueError(f"focus_fraction={focus_fraction} is the share of a batch's captions "
+                             f"that get a focused copy: use a value in (0, 1], e.g. 0.5")
         self.difficulty = PieceDifficulty(net.vocab_size) if focus_weight else None
         self.val_metrics = MaskedLMMetrics(net.vocab_size)
         self.test_metrics = MaskedLMMetrics(net.vocab_size)
@@ -142,7 +149,8 @@ class MaskedLMModule(CheckpointHooks, L.LightningModule):
                                     self.tokenizer.mask_token_id, self.itm_head, hp.itm_weight,
                                     self.word_head, hp.word_detection_weight, self.swaps,
                                     hp.itc_weight, hp.twin_weight, self.difficulty,
-                                    hp.focus_weight if self.focusing else 0.0)
+                                    hp.focus_weight if self.focusing else 0.0,
+                                    hp.focus_fraction)
         self.log_dict(parts, prog_bar=True, batch_size=len(batch["input_ids"]))
         return loss
 

@@ -105,7 +105,8 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
                   word_head: nn.Module | None = None, word_weight: float = 0.0,
                   swaps: SwapNegatives | None = None, itc_weight: float = 0.0,
                   twin_weight: float = 0.0, difficulty: PieceDifficulty | None = None,
-                  focus_weight: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
+                  focus_weight: float = 0.0, focus_fraction: float = 1.0
+                  ) -> tuple[Tensor, dict[str, Tensor]]:
     """A training batch's loss to minimise, and its parts by log name.
 
     The MLM (or, with ``generation_probability``, seq2seq) loss, plus ``itm_weight`` times the
@@ -117,7 +118,8 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
     tower pass (and one over the twins' photos). With ``difficulty`` an MLM batch's losses
     update the running difficulty, and with ``focus_weight`` its captions are trained a second
     time, focused (one hard content piece hidden, the rest shown: :mod:`vitbert.lit.focus`),
-    that weight times the focused loss. Without them the loss is exactly the MLM loss as it
+    that weight times the focused loss (``focus_fraction``: of the first part of the batch's
+    captions only). Without them the loss is exactly the MLM loss as it
     always was: nothing else runs and no random number is drawn.
     """
     parts, extra = {}, []
@@ -139,7 +141,7 @@ def training_loss(net: nn.Module, batch: Batch, generation_probability: float,
         losses, pieces = masked_lm_losses(net, batch, mode)  # (M,) each
         parts[name] = loss = losses.mean()
         if focus_weight:
-            focused = difficulty.focus(batch, mask_token_id)
+            focused = difficulty.focus(batch, mask_token_id, fraction=focus_fraction)
             focused_losses, focused_pieces = masked_lm_losses(net, focused, mode)  # (F,) each
             if len(focused_losses):  # a batch with no content piece has nothing to focus
                 parts["train/focus_loss"] = focused_losses.mean()

@@ -35,8 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX, caption_photos
-from vitbert.data.masking import IGNORE_INDEX, TWIN_IMAGES, TWIN_INDEX, TWIN_MASK
+from vitbert.data.features import (
+    FEATURES_KEY,
+    IMAGE_INDEX,
+    TWIN_IMAGES,
+    TWIN_INDEX,
+    caption_photos,
+)
+from vitbert.data.masking import IGNORE_INDEX, TWIN_MASK
 
 Batch = dict[str, Tensor]
 
