@@ -49,7 +49,11 @@ def lookup(tree: dict, dotted: str):
 SWITCHED_ON = {"model.net.image.attention_radius": (2, None),
                "model.word_detection_weight": (10.0, 0.0), "model.itc_weight": (1.0, 0.0),
                "model.net.image.chroma_dim": (32, 0), "model.net.neighbour_lookup_heads": (4, 0),
-               "model.twin_weight": (0.3, 0.0), "data.twin_photos": (True, False)}
+               "model.twin_weight": (0.3, 0.0), "data.twin_photos": (True, False),
+               "model.net.image.chroma_place": (True, False),
+               "model.net.lookup_share_window": (6, 0), "model.net.lookup_place": (True, False),
+               "model.optimizer.min_lr_ratio": (0.3, 0.05), "model.focus_weight": (2.0, 0.0),
+               "model.focus_start": (0.3, 0.0), "captions.every_n_epochs": (3, 1)}
 
 
 def parse(config: Path) -> dict:
