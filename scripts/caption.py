@@ -31,7 +31,8 @@ EPILOG = """\
   [{"image": "a.png", "captions": [{"caption", "score", "generated_text"}, ...]}, ...]
 score: the caption's log-probability per piece (the closing [SEP] counted; beam search divides
 by length ** --length-penalty); Mask-Predict's is the mean over its pieces. Rerank adds
-"similarity", the contrastive score (cosine) that orders its captions.
+"similarity", the contrastive score (cosine), and "likelihood", the pseudo-log-likelihood of the
+content words with the photo: its captions are ordered by similarity / temperature + likelihood.
 
 exit status: 0 on success; 2 for a missing or unreadable image, a file that is not a vitbert
 checkpoint or lacks its tokenizer, or unusable numbers (--num-beams < 1, ...). On an error
@@ -122,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         for result in results:
             print(result["image"])
             for caption in result["captions"]:
-                match = (f", similarity {caption['similarity']:.3f}"
-                         if "similarity" in caption else "")
+                match = (f", similarity {caption['similarity']:.3f}, likelihood "
+                         f"{caption['likelihood']:.2f}" if "similarity" in caption else "")
                 print(f"  {caption['caption']}   ({caption['score']:.3f}{match})")
     if args.timing:
         print(timing, file=sys.stderr)

@@ -10,8 +10,10 @@ with ``generated_text``), plus ``caption`` and ``score`` (see :mod:`vitbert.deco
 Greedy and beam search need a model trained with the generation objective
 (``model.generation_probability`` > 0); ``method="mask-predict"`` also writes with an MLM-only
 model. ``method="rerank"`` writes the greedy caption and ``num_samples`` sampled ones and returns
-them by the contrastive score (:mod:`vitbert.decoding.rerank`; a model with contrastive heads):
-``score`` stays the caption's log-probability per piece, ``similarity`` is what orders them.
+them best first (:mod:`vitbert.decoding.rerank`; a model with contrastive heads): ``score``
+stays the caption's log-probability per piece; ``similarity`` (the contrastive cosine) and
+``likelihood`` (the pseudo-log-likelihood of its content pieces with the photo) are what order
+them.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class Captioner:
                  length_penalty: float = 1.0, num_return_sequences: int = 1,
                  num_samples: int = 15) -> list:
         """Per image, ``num_return_sequences`` dicts ``{"caption", "score", "generated_text"}``
-        (and ``"similarity"`` for ``method="rerank"``).
+        (and ``"similarity"`` and ``"likelihood"`` for ``method="rerank"``).
 
         One image → that list; a list of images → a list of such lists, decoded as one batch.
         ``image=None`` writes from no image at all (the text-only control). ``method`` defaults to
@@ -113,6 +115,8 @@ class Captioner:
         described = {"caption": text, "score": generated.score, "generated_text": text}
         if generated.similarity is not None:
             described["similarity"] = generated.similarity
+        if generated.likelihood is not None:
+            described["likelihood"] = generated.likelihood
         return described
 
 

@@ -1,8 +1,10 @@
 """Decoding: the cache changes nothing, one beam is greedy, Mask-Predict fills every [MASK],
-sampling draws from the model's distribution, reranking orders by the contrastive score."""
+sampling draws from the model's distribution, reranking orders by the contrastive score plus the
+pseudo-log-likelihood."""
 
 import pytest
 import torch
+from torch import Tensor
 
 from vitbert.decoding import (
     CaptionTokens,
@@ -145,23 +147,54 @@ def test_the_first_piece_is_drawn_with_the_models_probabilities():
     assert (wanted > 0.05).sum() >= 2  # the test means something: several likely pieces
 
 
+def alone(net, caption: Generated, photo: Tensor, tokens: CaptionTokens
+          ) -> tuple[float, float]:
+    """A caption's contrastive similarity to one photo and the sum of log p(piece) over its
+    content pieces with that photo, each hidden in turn: the caption read alone, unpadded."""
+    ids = torch.tensor([[TOKENS.cls, *caption.token_ids, TOKENS.sep]])
+    keep = torch.ones_like(ids, dtype=torch.bool)
+    similarity = float(net.embed_texts(ids, keep)[0] @ net.embed_images(photo[None])[0])
+    likelihood = 0.0
+    for position in range(1, ids.shape[1] - 1):
+        if ids[0, position].item() in tokens.function:
+            continue
+        hidden = ids.clone()
+        hidden[0, position] = tokens.mask
+        target = torch.zeros_like(keep)
+        target[0, position] = True
+        logits = net(hidden, keep, target_mask=target, images=photo[None])  # (1, V)
+        likelihood += logits.log_softmax(-1)[0, ids[0, position]].item()
+    return similarity, likelihood
+
+
 @torch.no_grad()
-def test_rerank_orders_by_the_photos_similarity_to_each_caption_read_alone(images):
+def test_rerank_orders_by_the_similarity_over_the_temperature_plus_the_likelihood(images):
+    """Each caption scored as if read alone; the sum of the two log-probabilities orders them
+    (the function word's piece, 6, left out of the likelihood); without the likelihood the
+    similarity alone."""
     net = random_model(itc_dim=8)
+    tokens = CaptionTokens(cls=2, sep=3, mask=4, banned=(0, 1, 2, 4), function=(6,))
     found = [[Generated([5, 6, 7], -1.0), Generated([8], -2.0), Generated([5, 6, 7], -1.0),
-              Generated([9, 10, 11, 12, 13], -3.0)] for _ in images]
-    ranked = rerank(net, TOKENS, images, found)
-    photos = net.embed_images(images)
-    distinct = [(5, 6, 7), (8,), (9, 10, 11, 12, 13)]  # the duplicate is scored once
-    for photo, per_image in zip(photos, ranked, strict=True):
+              Generated([9, 10, 11, 12, 13], -3.0), Generated([13, 12], -1.0)] for _ in images]
+    distinct = [(5, 6, 7), (8,), (9, 10, 11, 12, 13), (13, 12)]  # the duplicate is scored once
+    ranked = rerank(net, tokens, images, found)
+    by_similarity = rerank(net, tokens, images, found, likelihood=False)
+    temperature = net.itc.temperature.item()
+    orders = set()
+    for photo, per_image, plain in zip(images, ranked, by_similarity, strict=True):
         assert sorted(tuple(g.token_ids) for g in per_image) == distinct
-        for g in per_image:  # each caption alone, unpadded: padding changes nothing
-            ids = torch.tensor([[TOKENS.cls, *g.token_ids, TOKENS.sep]])
-            alone = net.embed_texts(ids, torch.ones_like(ids, dtype=torch.bool))[0]
-            assert g.similarity == pytest.approx(float(alone @ photo), abs=1e-5)
-        similarities = [g.similarity for g in per_image]
+        for g in per_image:
+            similarity, likelihood = alone(net, g, photo, tokens)
+            assert g.similarity == pytest.approx(similarity, abs=1e-5)
+            assert g.likelihood == pytest.approx(likelihood, abs=1e-4)
+        keys = [g.similarity / temperature + g.likelihood for g in per_image]
+        assert keys == sorted(keys, reverse=True)
+        assert all(g.likelihood is None for g in plain)
+        similarities = [g.similarity for g in plain]
         assert similarities == sorted(similarities, reverse=True)
-    assert len({tuple(r[0].token_ids) for r in ranked}) > 1  # the photos choose differently
+        orders.add((tuple(tuple(g.token_ids) for g in per_image),
+                    tuple(tuple(g.token_ids) for g in plain)))
+    assert any(a != b for a, b in orders), "the likelihood changes an order: the test means it"
 
 
 def test_sample_and_rerank_offers_the_greedy_caption_among_the_samples(images):

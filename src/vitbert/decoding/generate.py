@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from vitbert.data.masking import STOP_WORDS
 from vitbert.nn import AttentionContext, KVCache
 
 NEG_INF = float("-inf")
@@ -42,22 +43,29 @@ class CaptionTokens:
     sep: int
     mask: int
     banned: tuple[int, ...]  # [PAD], [UNK], [CLS], [MASK]: never part of a caption
+    # The function words' pieces (vitbert.data.masking.STOP_WORDS): not scored by the
+    # pseudo-log-likelihood that reranking adds (the grammar's, not the photo's).
+    function: tuple[int, ...] = ()
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> CaptionTokens:
         specials = set(tokenizer.all_special_ids) - {tokenizer.sep_token_id}
+        vocab = tokenizer.get_vocab()
+        function = sorted(vocab[word] for word in STOP_WORDS if word in vocab)
         return cls(tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id,
-                   tuple(sorted(specials)))
+                   tuple(sorted(specials)), tuple(function))
 
 
 @dataclass
 class Generated:
     """One caption: its word pieces (no [CLS], no [SEP]), its score (see the module doc) and, once
-    reranked (:mod:`vitbert.decoding.rerank`), its contrastive similarity to the photo."""
+    reranked (:mod:`vitbert.decoding.rerank`), its contrastive similarity to the photo and the
+    pseudo-log-likelihood of its content pieces with the photo."""
 
     token_ids: list[int]
     score: float
     similarity: float | None = None
+    likelihood: float | None = None
 
 
 class _NextWord:
