@@ -19,6 +19,11 @@ TINY_MODEL = [
     "--model.net.text.dim", "32", "--model.net.text.depth", "1", "--model.net.text.num_heads", "2",
 ]
 
+# The embedded default keeps hue and place apart from form, which needs its conv stem: a ViT or
+# hybrid tower on the embedded default turns that off, and the lookup's place read with it.
+NO_HUE = ["--model.net.image.chroma_dim", "0", "--model.net.image.chroma_place", "false",
+          "--model.net.lookup_place", "false"]
+
 # The embedded default's twin contrast reads each twin's photo from an image cache, which a
 # streamed source does not have.
 NO_TWINS = ["--data.twin_photos", "false", "--model.twin_weight", "0"]

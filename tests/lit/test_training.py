@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_MODEL
+from helpers import NO_HUE, TINY_MODEL
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
@@ -330,7 +330,7 @@ def test_pretrained_image_weights_load_at_fit_start_only(tmp_path, monkeypatch):
     torch.save(reference.state_dict(), weights)
     vit = ["--model.net.image.kind", "vit", "--model.net.image.patch_size", "16",
            "--model.net.image.class_token", "true", "--model.net.image.pool", "cls",
-           "--model.net.image.chroma_dim", "0", "--model.net.image.pretrained", str(weights)]
+           *NO_HUE, "--model.net.image.pretrained", str(weights)]
     cli = fit(tmp_path, *vit, steps=0, run="pretrained")
     ours = cli.model.net.image_tower.patch_embed.proj.weight
     torch.testing.assert_close(ours, reference.patch_embed.proj.weight)

@@ -67,10 +67,12 @@ def test_the_class_defaults_attend_globally_and_a_stored_word_pointer_is_dropped
     ViT; the embedded default asks for them); the word pointer (a shapes-only decoding add-on,
     removed) in a stored config reads as no setting at all."""
     config = VitBertConfig()
-    assert (config.image.attention_radius, config.image.chroma_dim,
-            config.neighbour_lookup_heads) == (None, 0, 0)
+    assert (config.image.attention_radius, config.image.chroma_dim, config.image.chroma_place,
+            config.neighbour_lookup_heads, config.lookup_share_window,
+            config.lookup_place) == (None, 0, False, 0, 0, False)
     assert preset("default") == VitBertConfig(
-        image=ImageTowerConfig(attention_radius=2, chroma_dim=32), neighbour_lookup_heads=4)
+        image=ImageTowerConfig(attention_radius=2, chroma_dim=32, chroma_place=True),
+        neighbour_lookup_heads=4, lookup_share_window=6, lookup_place=True)
     stored = VitBertConfig().to_dict()
     stored["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "key_presence": True}
     assert VitBertConfig.from_dict(stored) == VitBertConfig()

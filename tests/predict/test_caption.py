@@ -49,7 +49,7 @@ def test_a_list_of_images_is_one_batch_with_per_image_results(captioner, trained
     assert [b["score"] for b in beams] == sorted((b["score"] for b in beams), reverse=True)
 
 
-def test_rerank_returns_the_candidates_by_similarity(trained):
+def test_rerank_returns_the_candidates_by_similarity_and_likelihood(trained):
     from vitbert import Captioner
     from vitbert.io import load_model
     from vitbert.models import VitBert
@@ -60,9 +60,11 @@ def test_rerank_returns_the_candidates_by_similarity(trained):
     captioner = Captioner(VitBert(model.config), tokenizer, device="cpu")
     found = captioner(trained.photo, method="rerank", num_samples=5, num_return_sequences=6)
     assert 1 <= len(found) <= 6
-    assert all(set(c) == {"caption", "score", "generated_text", "similarity"} for c in found)
-    similarities = [c["similarity"] for c in found]
-    assert similarities == sorted(similarities, reverse=True)
+    assert all(set(c) == {"caption", "score", "generated_text", "similarity", "likelihood"}
+               for c in found)
+    temperature = captioner.model.itc.temperature.item()
+    ranks = [c["similarity"] / temperature + c["likelihood"] for c in found]
+    assert ranks == sorted(ranks, reverse=True)
     assert captioner(trained.photo, method="greedy")[0]["caption"] in [c["caption"] for c in found]
 
 

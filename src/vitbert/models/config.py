@@ -90,16 +90,18 @@ class ImageTowerConfig(TowerConfig):
         if self.pool == "cls" and not self.class_token:
             raise ValueError("pool='cls' needs class_token=True")
         if self.chroma_dim and self.kind != "conv_stem":
+            place = " and chroma_place: false" if self.chroma_place else ""
             raise ValueError(f"chroma_dim={self.chroma_dim} needs kind: conv_stem (the "
                              f"{self.kind} front end reads every channel); set kind: conv_stem "
-                             f"or chroma_dim: 0")
+                             f"or chroma_dim: 0{place}")
         if not 0 <= self.chroma_dim < self.dim:
             raise ValueError(f"chroma_dim={self.chroma_dim}: the hue takes that many of the "
                              f"tokens' {self.dim} channels; use 0 (off) up to {self.dim - 1}")
         if self.chroma_place and self.chroma_dim < 3:
             raise ValueError(f"chroma_place needs chroma_dim of 3 or more (two channels for the "
                              f"place, the rest for the hue), got {self.chroma_dim}; set "
-                             f"chroma_dim: 32 or chroma_place: false")
+                             f"chroma_dim: 32 or chroma_place: false (and the net's "
+                             f"lookup_place: false, which reads the place)")
         if self.attention_radius is not None and self.attention_radius < 0:
             raise ValueError(f"attention_radius={self.attention_radius}: a patch must see itself; "
                              f"use 0 or more, or null for every patch")
@@ -197,9 +199,11 @@ class VitBertConfig:
 
 def _default() -> VitBertConfig:
     """The embedded default: the dataclass defaults, each patch attending to a 5×5 window, hue
-    kept apart from form, and the neighbour lookup (binding, docs/binding.md)."""
-    return VitBertConfig(image=ImageTowerConfig(attention_radius=2, chroma_dim=32),
-                         neighbour_lookup_heads=4)
+    and place kept apart from form, and the neighbour lookup, which says where it looked and
+    shares its reads over 6 pieces (binding, docs/binding.md)."""
+    return VitBertConfig(image=ImageTowerConfig(attention_radius=2, chroma_dim=32,
+                                                chroma_place=True),
+                         neighbour_lookup_heads=4, lookup_share_window=6, lookup_place=True)
 
 
 def _flickr30k() -> VitBertConfig:
