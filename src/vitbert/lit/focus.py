@@ -75,11 +75,9 @@ class PieceDifficulty(nn.Module):
         elsewhere); the focused piece is always [MASK]. Returns new ``input_ids`` and ``labels``
         (B', T), the other keys unchanged. ``fraction`` < 1 copies only the first ⌈fraction·B⌉
         captions (B' of them; the loader shuffles, so they are a random sample): the copy is a
-        second pass through the encoder, and a part of the batch costs that part of the pass.
+        second pass through the encoder, and a part of the batch costs that part of the pass
+        (``MaskedLMModule(focus_fraction=...)`` checks it is in (0, 1] when the run is built).
         """
-        if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"focus fraction {fraction}: the share of a batch's captions that "
-                             f"get a focused copy, in (0, 1]")
         count = math.ceil(fraction * len(batch["input_ids"]))
         if count < len(batch["input_ids"]):
             keep = torch.arange(len(batch["input_ids"]), device=batch["input_ids"].device) < count
