@@ -22,9 +22,11 @@ class Recorder(SplitEvaluation):
 
 
 def trainer(epoch: int, fn: TrainerFn = TrainerFn.FITTING, max_epochs: int | None = 5,
-            max_steps: int = -1, global_step: int = 0) -> SimpleNamespace:
+            max_steps: int = -1, global_step: int = 0, check_val_every_n_epoch: int = 1
+            ) -> SimpleNamespace:
     return SimpleNamespace(state=SimpleNamespace(fn=fn), current_epoch=epoch,
                            max_epochs=max_epochs, max_steps=max_steps, global_step=global_step,
+                           check_val_every_n_epoch=check_val_every_n_epoch,
                            sanity_checking=False)
 
 
@@ -35,6 +37,15 @@ def test_a_fit_measures_every_nth_epoch_and_the_last(every, measured):
     for epoch in range(5):
         recorder.on_validation_epoch_end(trainer(epoch), None)
     assert recorder.measured == measured
+
+
+def test_the_last_validation_is_measured_when_the_trainer_validates_every_few_epochs():
+    """32 epochs validated every 5th: the validation after epoch 30 is the fit's last."""
+    recorder = Recorder(32)
+    for epoch in range(4, 32, 5):  # the epochs Lightning validates after: 5, 10, ..., 30
+        recorder.on_validation_epoch_end(trainer(epoch, max_epochs=32,
+                                                 check_val_every_n_epoch=5), None)
+    assert recorder.measured == [30]
 
 
 def test_a_fit_that_ends_on_max_steps_measures_its_last_validation():

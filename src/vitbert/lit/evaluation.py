@@ -43,11 +43,14 @@ class SplitEvaluation(L.Callback):
 
     def due(self, trainer: L.Trainer) -> bool:
         """Whether this validation is measured: always outside ``fit``; in it, at the end of every
-        ``every_n_epochs``-th epoch and of the last one (``max_epochs`` or ``max_steps``)."""
+        ``every_n_epochs``-th epoch and at the fit's last validation (no other comes before
+        ``max_epochs`` at the trainer's ``check_val_every_n_epoch``, or ``max_steps`` is
+        reached)."""
         if trainer.state.fn != TrainerFn.FITTING:
             return True
         epochs = trainer.current_epoch + 1
-        last = ((trainer.max_epochs is not None and 0 < trainer.max_epochs <= epochs)
+        next_validation = epochs + (trainer.check_val_every_n_epoch or 1)
+        last = ((trainer.max_epochs is not None and 0 < trainer.max_epochs < next_validation)
                 or 0 < trainer.max_steps <= trainer.global_step)
         return last or epochs % self.every_n_epochs == 0
 
