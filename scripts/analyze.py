@@ -10,7 +10,7 @@ function word) with counts, on one split of the data the checkpoint was trained 
 pair training never showed apart from the seen ones, and each miss told apart (the other
 object's shape, a shape not in the picture, none), and where the model looks when it is about
 to write a shape (its attention on the object the colour before names, and on the other one);
-see ``vitbert.caption_analysis``.
+see ``vitbert.shapes.analysis``.
 
 ``--binding``: the binding swap tests instead (``vitbert.lit.binding``): every caption of
 ``--num-images`` pictures against copies with what is bound to what changed (on the shapes: the
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "with what is bound to what changed (vitbert.lit.binding)")
     parser.add_argument("--retrieval", action="store_true",
                         help="image-text retrieval R@k both ways instead (a model trained with "
-                             "--model.itc_weight; vitbert.lit.retrieval)")
+                             "the contrastive objective; vitbert.lit.retrieval)")
     parser.add_argument("--rerank-k", type=int, default=16,
                         help="with --retrieval: each query's shortlist re-ranked by the matching "
                              "head, when the model has one (default 16; 0: none)")
@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         read_split,
         summarise,
     )
-    from vitbert.caption_analysis import analyse_captions, format_caption_summary
     from vitbert.data.cache import DataError
     from vitbert.io import CheckpointError
     from vitbert.lit.summary import format_binding_figures, format_retrieval_figures
+    from vitbert.shapes.analysis import analyse_captions, format_caption_summary
 
     try:
         if args.binding:

@@ -65,7 +65,8 @@ import torch
 
 from vitbert.bench import step as st
 from vitbert.bench.data import compare_storage, data_benchmark
-from vitbert.models import VitBertConfig, preset
+from vitbert.cli import config_net
+from vitbert.models import VitBertConfig
 
 
 def machine() -> dict[str, Any]:
@@ -93,7 +94,7 @@ def default_size(config_path: str, n_batches: int = 4) -> tuple[VitBertConfig, l
 
 
 def big_size(name: str, batch_size: int) -> tuple[VitBertConfig, list]:
-    config = preset(name)
+    config = config_net(name)
     config.image.pretrained = None  # no download; the speed does not depend on the weights
     return config, st.synthetic_batches(config, batch_size, n_batches=2)
 
@@ -159,8 +160,8 @@ def shapes_pipeline_throughput(config_path: str, max_batches: int = 20) -> dict[
 
     import yaml
 
-    from vitbert.data import ShapesSource
     from vitbert.data.datamodule import CaptionDataModule
+    from vitbert.shapes import ShapesSource
 
     cfg = yaml.safe_load(Path(config_path).read_text())
     init = dict(cfg.get("data", {}))
@@ -335,7 +336,7 @@ def add_epoch_args(p: argparse.ArgumentParser) -> None:
 def bench_epoch(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
     from vitbert.bench.epoch import epoch_benchmark
 
-    config = preset(args.epoch_preset) if args.epoch_preset else None
+    config = config_net(args.epoch_preset) if args.epoch_preset else None
     if config is not None:
         config.image.pretrained = None
     return epoch_benchmark(config, n_images=args.epoch_images, batch_size=args.epoch_batch,
@@ -382,8 +383,8 @@ def retrieval_model(config: VitBertConfig, checkpoint: str | None):
 
 def bench_retrieval(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
     from vitbert.bench.retrieval import retrieval_benchmark, scaled_estimate
-    from vitbert.data import shapes
-    from vitbert.data.sources import ShapesSource
+    from vitbert.shapes import ShapesSource
+    from vitbert.shapes import data as shapes
 
     config, _, tokenizer, _ = default_size(args.config)
     net, head, trained = retrieval_model(VitBertConfig.from_dict(config.to_dict()),

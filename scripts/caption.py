@@ -7,10 +7,10 @@
     python scripts/caption.py --ckpt runs/latest/checkpoints/last.ckpt --image a.png --method rerank
 
 Greedy and beam search need a model trained with the generation objective
-(``--model.generation_probability`` > 0, as the embedded default is); Mask-Predict writes with any
+(a ``CaptionWriting`` objective, as the embedded default has); Mask-Predict writes with any
 checkpoint, an MLM-only one included. Rerank writes the greedy caption and --num-samples sampled
 ones and keeps the one the contrastive heads match best to the photo (a model trained with
---model.itc_weight, as the embedded default is). ``--ckpt`` takes a ``.ckpt`` written by
+the contrastive objective, as the embedded default has). ``--ckpt`` takes a ``.ckpt`` written by
 scripts/train.py or an exported folder (config.json, model.safetensors, tokenizer.json).
 """
 

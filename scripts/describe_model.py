@@ -1,7 +1,7 @@
 """Print the module tree and parameter counts of a model configuration.
 
     python scripts/describe_model.py                      # default and flickr30k
-    python scripts/describe_model.py flickr30k_hybrid     # one or more presets
+    python scripts/describe_model.py flickr30k_hybrid     # one or more configs/<name>.yaml
     python scripts/describe_model.py --config configs/default.yaml   # model.net of a CLI config
     python scripts/describe_model.py --depth 4 flickr30k  # a deeper tree
 
@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vitbert.models import PRESETS, VitBert, VitBertConfig, preset
+from vitbert.cli import CONFIGS, config_net
+from vitbert.models import VitBert, VitBertConfig
 
 
 def load_config(path: Path) -> VitBertConfig:
@@ -107,7 +108,8 @@ def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("presets", nargs="*", help=f"preset names: {', '.join(PRESETS)}")
+    names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+    parser.add_argument("presets", nargs="*", help=f"names of configs/*.yaml: {names}")
     parser.add_argument("--config", type=Path, action="append", default=[],
                         help="a YAML/JSON config (its model.net section); may repeat")
     parser.add_argument("--depth", type=int, default=4, help="tree depth to print")
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     names = args.presets or ([] if args.config else ["default", "flickr30k"])
     for name in names:
-        print(describe(name, preset(name), args.depth))
+        print(describe(name, config_net(name), args.depth))
     for path in args.config:
         print(describe(str(path), load_config(path), args.depth))
 

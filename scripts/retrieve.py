@@ -8,9 +8,9 @@
 Photos and sentences are embedded apart by the model's contrastive heads (ITC) and every pair
 scored; when the model has a matching head (ITM) the best 16 are scored again by it, reading the
 sentence with the photo. The first search of a folder embeds its photos and saves them in
-<folder>/.vitbert-index-<model>.safetensors (or --index); later searches read that file and
-embed only photos added or changed since. The model must have been trained with the contrastive
-heads (--model.itc_weight 1.0). Output and the JSON schema: docs/retrieval.md.
+<folder>/.vitbert-index-<model>.safetensors (or --index); later searches read that file and embed
+only photos added or changed since. The model must have been trained with the contrastive heads
+(--model.net.itc_dim and the contrastive objective). Output and the JSON schema: docs/retrieval.md.
 """
 
 from __future__ import annotations

@@ -26,14 +26,19 @@ import torch
 from torch.utils.data import DataLoader
 
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
-from vitbert.data.features import select_captions
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import CheckpointError, load_model
 from vitbert.lit.binding import binding_scores, swap_maker
-from vitbert.lit.captioning import images_and_references
-from vitbert.lit.conditions import ANOTHER_PHOTO, TEXT_ONLY, WITH_PHOTO, another_photo
-from vitbert.lit.loss import masked_logits
+from vitbert.lit.conditions import (
+    ANOTHER_PHOTO,
+    TEXT_ONLY,
+    WITH_PHOTO,
+    another_photo,
+    select_captions,
+)
+from vitbert.lit.evaluation import images_and_references
 from vitbert.lit.negatives import SwapNegatives
+from vitbert.lit.objectives import masked_logits
 from vitbert.lit.retrieval import retrieval_scores, split_for_retrieval
 from vitbert.models import ITMHead
 
@@ -83,8 +88,14 @@ class Readings:
                 if isinstance(value, list)}
 
 
+# Where the data sources that checkpoints name have moved since they were written.
+MOVED_SOURCES = {"vitbert.data.ShapesSource": "vitbert.shapes.ShapesSource",
+                 "vitbert.data.sources.ShapesSource": "vitbert.shapes.ShapesSource"}
+
+
 def _source_from(settings: dict[str, Any], root: str | None, cache_dir: str | None):
-    module, _, name = settings["class_path"].rpartition(".")
+    class_path = MOVED_SOURCES.get(settings["class_path"], settings["class_path"])
+    module, _, name = class_path.rpartition(".")
     init_args = dict(settings.get("init_args", {}))
     if root is not None:
         init_args["root"] = root
@@ -145,13 +156,14 @@ def read_split(ckpt: str | Path, split: str = "val", root: str | None = None,
         if not has_other.any():
             continue
         batch = select_captions(batch, has_other)
+        tower = model.tower_tokens(batch["images"])  # (P, N, D_img)
         ids = batch["input_ids"]  # (B', T)
         targets_at = batch["labels"] != IGNORE_INDEX  # (B', T)
         truth = batch["labels"][targets_at]  # (M,)
         for condition, name in ((WITH_PHOTO, "with"), (ANOTHER_PHOTO, "another"),
                                 (TEXT_ONLY, "text")):
-            photos, _ = condition.view(batch)  # the module's own readings of the batch
-            logits = masked_logits(model, batch, photos).float()  # (M, V)
+            shown, _ = condition.view(batch, tower)  # the module's own readings of the batch
+            logits = masked_logits(model, batch, shown).float()  # (M, V)
             p_true = logits.softmax(-1).gather(1, truth[:, None])[:, 0]  # (M,)
             top = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1).indices  # (M, 5)
             getattr(out, f"p_{name}").extend(p_true.tolist())
@@ -290,19 +302,19 @@ def analyse_retrieval(ckpt: str | Path, split: str = "test", num_images: int | N
     net, tokenizer = load_model(ckpt)
     if not net.has_itc:
         raise CheckpointError(f"{ckpt}: this model has no contrastive heads, which retrieval "
-                              f"ranks by; train one with --model.itc_weight 1.0")
+                              f"ranks by; train one with the contrastive objective")
     _, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     head = _itm_head(ckpt, net)
     split_data = split_for_retrieval(dataset, tokenizer, int(data["max_length"]), num_images)
-    return retrieval_scores(net.to(device), *split_data,
+    return retrieval_scores(net.to(device), split_data,
                             head.to(device) if head is not None else None, rerank_k)
 
 
 def _itm_head(ckpt: str | Path, net) -> ITMHead | None:
     """The checkpoint's image-text matching head, or None when it was trained without one."""
     weights = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    prefix = "itm_head."
+    prefix = "itm_head."  # as the module keeps it (ImageTextMatching's head)
     state = {key[len(prefix):]: value for key, value in weights.items() if key.startswith(prefix)}
     if not state:
         return None

@@ -8,7 +8,7 @@
 The result has the shape of the transformers ``image-to-text`` pipeline (a list of dicts per image,
 with ``generated_text``), plus ``caption`` and ``score`` (see :mod:`vitbert.decoding.generate`).
 Greedy and beam search need a model trained with the generation objective
-(``model.generation_probability`` > 0); ``method="mask-predict"`` also writes with an MLM-only
+(a ``CaptionWriting`` objective); ``method="mask-predict"`` also writes with an MLM-only
 model. ``method="rerank"`` writes the greedy caption and ``num_samples`` sampled ones and returns
 them best first (:mod:`vitbert.decoding.rerank`; a model with contrastive heads): ``score``
 stays the caption's log-probability per piece; ``similarity`` (the contrastive cosine) and
@@ -79,8 +79,8 @@ class Captioner:
                                "mask-predict)")
         if method == "rerank" and (image is None or not self.model.has_itc):
             raise PredictError("method='rerank' ranks captions against a photo by the "
-                               "contrastive score: pass a photo, and a model trained with "
-                               "--model.itc_weight 1.0 (as the embedded default is)")
+                               "contrastive score: pass a photo, and a model trained with the "
+                               "contrastive objective (as the embedded default is)")
         single = not isinstance(image, (list, tuple))
         images = [image] if single else list(image)
         found = self._generate(images, method, num_beams, max_new_tokens, length_penalty,
@@ -97,18 +97,19 @@ class Captioner:
         pixels = None
         if images[0] is not None:
             pixels = torch.stack([load_image(i, self.image_size) for i in images]).to(self.device)
-        count = len(images)
+        # From no image every caption is the same: written once, given to each.
+        copies = len(images) if pixels is None else 1
         if method == "mask-predict":
-            return [[g] for g in mask_predict(self.model, self.tokens, pixels, count)]
+            return [[g] for g in mask_predict(self.model, self.tokens, pixels)] * copies
         if method == "rerank":
             found = sample_and_rerank(self.model, self.tokens, pixels, num_samples,
                                       max_new_tokens=max_new_tokens)
             return [per_image[:num_return_sequences] for per_image in found]
         if method == "greedy":
-            return [[g] for g in greedy(self.model, self.tokens, pixels, count, max_new_tokens,
-                                        length_penalty)]
-        return beam_search(self.model, self.tokens, pixels, count, num_beams, max_new_tokens,
-                           length_penalty, num_return_sequences)
+            return [[g] for g in greedy(self.model, self.tokens, pixels, max_new_tokens,
+                                        length_penalty)] * copies
+        return beam_search(self.model, self.tokens, pixels, num_beams, max_new_tokens,
+                           length_penalty, num_return_sequences) * copies
 
     def _describe(self, generated: Generated) -> dict:
         text = self.tokenizer.decode(generated.token_ids, skip_special_tokens=True)

@@ -25,20 +25,20 @@ from lightning.pytorch.cli import LightningCLI
 
 from vitbert.cli_errors import check_ckpt_path, check_image_weights, explain
 from vitbert.data.datamodule import CaptionDataModule
+from vitbert.io import CheckpointError
 from vitbert.io.files import load_tensors_file
 from vitbert.lit.binding import BindingEvaluation
-from vitbert.lit.captioning import CaptionEvaluation
-from vitbert.lit.checkpoints import LastCheckpoint
+from vitbert.lit.callbacks import PredictionWriter
+from vitbert.lit.checkpoints import LastCheckpoint, ResumeState
+from vitbert.lit.evaluation import CaptionEvaluation
 from vitbert.lit.module import MaskedLMModule
-from vitbert.lit.progress import LogProgress
-from vitbert.lit.resume import ResumeState
 from vitbert.lit.retrieval import RetrievalEvaluation
-from vitbert.lit.summary import ParameterCount, ValidationSummary
-from vitbert.lit.writer import PredictionWriter
+from vitbert.lit.summary import LogProgress, ParameterCount, ValidationSummary
 from vitbert.models import VitBertConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "default.yaml"
+CONFIGS = REPO_ROOT / "configs"
+DEFAULT_CONFIG = CONFIGS / "default.yaml"
 CONFIG_FLAGS = ("--config", "-c")
 
 
@@ -110,9 +110,8 @@ def progress_settings() -> dict:
 # Model settings the data module fills in at instantiation (the tokenizer's): a checkpoint's
 # differ from the parsed placeholder on every resume, and say nothing the user chose.
 LINKED_FROM_DATA = ("vocab_size", "pad_token_id")
-# Model settings the module fills in when they are left unset (0): the checkpoint holds what its
-# run derived (net.itc_dim from itc_weight, vitbert.lit.contrastive), not a choice to report.
-DERIVED_WHEN_UNSET = ("itc_dim",)
+# What a checkpoint of the module before its objectives were a list held instead of them.
+OLD_MODULE_SETTINGS = ("generation_probability", "itc_weight", "word_detection_weight")
 
 
 class ProjectCLI(LightningCLI):
@@ -172,7 +171,7 @@ class VitBertCLI(ProjectCLI):
         # The binding swap tests at validation (a sample) and test (every picture).
         parser.add_lightning_class_args(BindingEvaluation, "binding")
         # Image-text retrieval R@k both ways at validation (a sample) and test (every picture),
-        # for a model with contrastive heads (--model.itc_weight).
+        # for a model with contrastive heads (--model.net.itc_dim).
         parser.add_lightning_class_args(RetrievalEvaluation, "retrieval")
         # Sizes the data must agree with are set once, on the model.
         parser.link_arguments("model.net.image.image_size", "data.image_size")
@@ -183,9 +182,9 @@ class VitBertCLI(ProjectCLI):
     def _parse_ckpt_path(self) -> None:
         """A run with ``--ckpt_path`` gets the model settings stored in the checkpoint, over what
         the command line and config said (LightningCLI's rule; the weights and, for ``fit``, the
-        optimizer state are the stored model's). A setting the checkpoint predates is read as
-        what that run did, not as today's default (:func:`stored_model_settings`). For ``fit``
-        (a resume) a setting that silently did nothing misleads: say which were replaced."""
+        optimizer state are the stored model's). For ``fit`` (a resume) a setting that silently
+        did nothing misleads: say which were replaced. A checkpoint from before the objectives
+        list cannot be rebuilt as its run: say how to use its weights."""
         subcommand = self.config.get("subcommand")
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not path or not Path(path).is_file():
@@ -194,8 +193,15 @@ class VitBertCLI(ProjectCLI):
         hparams.pop("_instantiator", None)
         if not hparams:
             return
+        if any(name in hparams for name in OLD_MODULE_SETTINGS):
+            raise CheckpointError(
+                f"--ckpt_path {path}: written by an older vitbert (its objectives were settings, "
+                f"not a list), so its run cannot {subcommand} here: start a new run from its "
+                f"weights with --model.init_from {path} (scripts/predict.py, caption.py and "
+                f"retrieve.py read it as it is)")
+        hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
         asked = dict(self.config[subcommand].model.items())  # {"net.image.dim": 64, …}
-        stored = {subcommand: {"model": stored_model_settings(hparams)}}
+        stored = {subcommand: {"model": hparams}}
         self.config = self.parser.parse_object(stored, self.config)
         kept = dict(self.config[subcommand].model.items())
         replaced = [f"model.{key} {asked[key]!r} (the checkpoint's: {kept[key]!r})"
@@ -215,8 +221,7 @@ class VitBertCLI(ProjectCLI):
 
 def _filled_in(key: str, asked: object) -> bool:
     """Whether ``model.<key>`` is one the run fills in itself, left as the placeholder."""
-    name = key.rsplit(".", 1)[-1]
-    return name in LINKED_FROM_DATA or (name in DERIVED_WHEN_UNSET and not asked)
+    return key.rsplit(".", 1)[-1] in LINKED_FROM_DATA
 
 
 def main(args: list[str] | None = None) -> VitBertCLI:
@@ -253,33 +258,15 @@ def run_with_one_line_errors(run: Callable[[list[str]], T], args: list[str],
         sys.exit(2)
 
 
-# Model settings added after checkpoints were written, with the value that does what those runs
-# did (the architecture's own, such as attention_radius and itc_dim, are
-# VitBertConfig.from_dict's): a run from before the contrastive objective trained none, whatever
-# configs/default.yaml says now (and its net, read with itc_dim 0, has no heads to train).
-SETTINGS_ADDED_SINCE: dict[str, object] = {"itc_weight": 0.0}
-# Model settings removed since (the word pointer's and the colour-swapped copies', a shapes-only
-# add-on; focus_share, focused captions instead of random ones, now beside them by focus_weight):
-# a checkpoint that holds them reads without them, and without the pointer's weights
-# (vitbert.io.drop_removed_weights; its net.pointer goes in VitBertConfig.from_dict).
-SETTINGS_REMOVED = ("word_detection_colour_swaps", "pointer_tower_weight", "focus_share")
-OPTIMIZER_SETTINGS_REMOVED = ("pointer_lr_mult",)
-
-
-def stored_model_settings(hparams: dict) -> dict:
-    """A checkpoint's ``hyper_parameters`` as this version reads them: the architecture through
-    :meth:`VitBertConfig.from_dict` (a model from before local attention attended globally), the
-    module's settings it lacks as :data:`SETTINGS_ADDED_SINCE`, never as today's defaults, which
-    would change the model, and without the settings removed since (:data:`SETTINGS_REMOVED`)."""
-    hparams = {**SETTINGS_ADDED_SINCE, **hparams}
-    for name in SETTINGS_REMOVED:
-        hparams.pop(name, None)
-    if isinstance(hparams.get("optimizer"), dict):
-        hparams["optimizer"] = {key: value for key, value in hparams["optimizer"].items()
-                                if key not in OPTIMIZER_SETTINGS_REMOVED}
-    if "net" in hparams:
-        hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
-    return hparams
+def config_net(name: str) -> VitBertConfig:
+    """The network ``configs/<name>.yaml`` trains: its ``model.net`` over the class defaults
+    (the configs are the one place a named model is written down)."""
+    path = CONFIGS / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+        raise KeyError(f"no config {name!r} in {CONFIGS}; choose one of {names}")
+    config = yaml.safe_load(path.read_text())
+    return VitBertConfig.from_dict((config.get("model") or {}).get("net") or {})
 
 
 def _embedded_defaults() -> dict:

@@ -40,8 +40,8 @@ from vitbert.predict import (
 )
 
 DEFAULT_RERANK = 16  # the shortlist the matching head re-scores (ALBEF's k for Flickr30k: 128)
-ITC_FIX = ("train it with the contrastive heads on: --model.itc_weight 1.0 (which builds them at "
-           "--model.net.itc_dim, 128 when unset)")
+ITC_FIX = ("train it with the contrastive heads on: --model.net.itc_dim 128 and the objective "
+           "vitbert.lit.contrastive.Contrastive in model.objectives")
 
 
 class NoContrastiveHeadsError(PredictError):
@@ -185,13 +185,13 @@ class Retriever:
     @torch.inference_mode()
     def _itm_logits(self, texts: Sequence[str], pixels: Tensor) -> Tensor:
         """The matching head's logit for each (text, photo) pair (K,), as training scores a pair
-        (:func:`vitbert.lit.objectives.itm_loss`): the caption read with the photo's tokens, the
+        (:func:`vitbert.lit.contrastive.itm_loss`): the caption read with the photo's tokens, the
         head on its [CLS] row."""
         logits = []
         for start in range(0, len(texts), self.batch_size):
             ids, keep = self._tokens(texts[start:start + self.batch_size])  # (b, T)
             images = pixels[start:start + self.batch_size].to(self.device)  # (b, 3, S, S)
-            hidden, _ = self.model.encode(ids, keep, images=images)  # (b, T, D)
+            hidden, _ = self.model.encode(ids, keep, self.model.photos(images))  # (b, T, D)
             logits.append(self.itm_head(hidden[:, 0]).float().cpu())  # (b,)
         return torch.cat(logits)
 

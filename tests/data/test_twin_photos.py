@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from vitbert.data.twins import TwinPhotos, content_words, find_twins
 
 from vitbert.data import ShapesSource
 from vitbert.data.cache import DataError
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.masking import MLMCollator
 from vitbert.data.tokenizer import train_wordpiece
-from vitbert.data.twins import TwinPhotos, content_words, find_twins
 
 CAPTIONS = [
     "a small red circle left of a large blue square.",  # 0

@@ -12,8 +12,8 @@ from vitbert.experiments.models import (
     AttentionClassifier,
     GridRotary2D,
 )
+from vitbert.experiments.position import RelativePositionBias2D, Rotary2D
 from vitbert.experiments.train import named_param_groups
-from vitbert.nn import RelativePositionBias2D, Rotary2D
 
 
 def _pair(square_xy: tuple[float, float], circle_xy: tuple[float, float]) -> torch.Tensor:

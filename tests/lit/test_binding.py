@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-
 from vitbert.data.shapes_captions import binding_swaps
+
 from vitbert.data.tokenizer import train_wordpiece
 from vitbert.lit.binding import binding_scores, content_pieces, pseudo_log_likelihood
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig

@@ -1,7 +1,6 @@
 """Caption metrics: CIDEr-D equals coco-caption's, BLEU-4 a hand-computed value."""
 
 import pytest
-
 from vitbert.lit.caption_metrics import CaptionMetrics, cider_d, tokenize
 
 REFERENCES = [

@@ -9,10 +9,10 @@ import pytest
 import torch
 from helpers import TINY_MODEL
 from tiny_run import tiny_shapes
+from vitbert.lit.captioning import caption_figures, images_and_references
 
 from vitbert.cli import main
 from vitbert.data.tokenizer import train_wordpiece
-from vitbert.lit.captioning import caption_figures, images_and_references
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
 
 CAPTIONS = ["a small red circle left of a large blue square",

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from vitbert.lit.focus import PieceDifficulty
 from vitbert.lit.loss import masked_lm_loss
+
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import IGNORE_INDEX, training_loss
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBertConfig

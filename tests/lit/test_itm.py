@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from vitbert.lit.loss import masked_lm_loss
 
 from vitbert.data.features import IMAGE_INDEX
-from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import (
     IGNORE_INDEX,

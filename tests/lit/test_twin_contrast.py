@@ -13,12 +13,12 @@ import pytest
 import torch
 from helpers import TINY_MODEL
 from tiny_run import tiny_shapes
+from vitbert.lit.twins import check_twin_settings, log_odds, twin_contrast_loss
 
 from vitbert.cli import main
 from vitbert.data.features import FEATURES_KEY
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import training_loss
-from vitbert.lit.twins import check_twin_settings, log_odds, twin_contrast_loss
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
 
 CLS, SEP, MASK = 2, 3, 4

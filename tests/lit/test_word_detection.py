@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from vitbert.lit.loss import masked_lm_loss
 
 from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX
 from vitbert.data.masking import STOP_WORDS, MLMCollator
 from vitbert.data.tokenizer import train_wordpiece
-from vitbert.lit.loss import masked_lm_loss
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import training_loss, with_tower_output, word_detection_loss
 from vitbert.lit.optim import OptimizerConfig, parameter_groups

@@ -4,9 +4,9 @@ import math
 
 import pytest
 import torch
+from vitbert.models.lookup import NeighbourLookup, ReadSharing
 
 from vitbert.models import ImageTowerConfig, VitBert, VitBertConfig
-from vitbert.models.lookup import NeighbourLookup, ReadSharing
 
 
 def noisy(module: torch.nn.Module) -> torch.nn.Module:

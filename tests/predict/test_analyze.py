@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import torch
 from helpers import load_script
-
-from vitbert.analysis import Readings, summarise, word_class
 from vitbert.caption_analysis import (
     colour_patches,
     format_caption_summary,
@@ -18,6 +16,8 @@ from vitbert.caption_analysis import (
     tally,
 )
 from vitbert.data.shapes_captions import COLOUR_SHAPE, VERDICTS
+
+from vitbert.analysis import Readings, summarise, word_class
 
 
 def test_word_classes():

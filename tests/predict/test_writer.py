@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from vitbert.lit.writer import PredictionWriter, _plain
 
 

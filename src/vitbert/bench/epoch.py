@@ -57,8 +57,9 @@ from vitbert.bench.step import (
     synchronize,
     vitbert_loss,
 )
-from vitbert.data.features import batch_image
-from vitbert.models import VitBert, VitBertConfig, preset
+from vitbert.cli import config_net
+from vitbert.data.features import FEATURES_KEY
+from vitbert.models import VitBert, VitBertConfig
 
 PARTS = ("data", "image_tower", "text_tower", "head", "optimizer", "other")
 MLM_PROBABILITY = 0.15  # configs/flickr30k.yaml's (BERT's), for every contender alike
@@ -69,7 +70,7 @@ def cpu_config() -> VitBertConfig:
     """The Flickr30k model at ViT-Ti/16 widths (192, 3 heads), same depths, 224² pictures, one
     pooled token: the image tower does ~94% of the forward matmul work, as ViT-B/16 does in the
     full model (`work_shares` prints both)."""
-    config = preset("flickr30k")
+    config = config_net("flickr30k")
     config.image = dataclasses.replace(config.image, dim=192, num_heads=3, pretrained=None)
     config.text = dataclasses.replace(config.text, dim=192, num_heads=3)
     return config
@@ -260,7 +261,7 @@ class EpochContender:
                     self.samples += len(batch["input_ids"])
                     self.text_len += batch["input_ids"].shape[1]
                     self.targets += int((batch["labels"] != IGNORE_INDEX).sum())
-                    self.photos += len(batch_image(batch))
+                    self.photos += len(batch.get(FEATURES_KEY, batch.get("images")))
                     self.seconds += t3 - t0
                     for part, s in (("data", t1 - t0), ("model", t2 - t1),
                                     ("optimizer", t3 - t2)):
@@ -383,7 +384,7 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
     device = torch.device("cuda" if cuda else "cpu")
     reduced = config is None and not cuda
     if config is None:
-        config = cpu_config() if reduced else preset("flickr30k")
+        config = cpu_config() if reduced else config_net("flickr30k")
         config.image.pretrained = None  # no download; the speed does not depend on the weights
     config = dataclasses.replace(config, vocab_size=FLICKR_VOCAB)
     with tempfile.TemporaryDirectory() as tmp:
@@ -435,7 +436,7 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
         "flickr30k at ViT-Ti/16 widths (192 wide, 3 heads; depths 12 + 6): ViT-B/16 is too "
         "slow for a CPU epoch",
         "work_shares_ours": work_shares(config),
-        "work_shares_full_size": work_shares(preset("flickr30k")),
+        "work_shares_full_size": work_shares(config_net("flickr30k")),
         "photos": n_images, "jpeg_size": [500, 375], "batch_size": batch_size,
         "num_workers": workers, "vocab_size": config.vocab_size, "tokenizer_size": len(tokenizer),
         "steps_per_contender": {c.name: c.steps for c in contenders},

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vitbert.models.config import VitBertConfig
-from vitbert.models.patch_embed import PatchChroma
 
 BACKWARD_FACTOR = 2  # backward = 2 × forward; a step = (1 + BACKWARD_FACTOR) × forward
 
@@ -83,19 +82,21 @@ def image_tower_flops(config: VitBertConfig, batch: int) -> dict[str, int]:
     grid = (S // P, S // P)
     n = grid[0] * grid[1]
     out: dict[str, int] = {}
+    hue = getattr(config.extension, "hue_dim", 0)  # the shapes data's hue-apart tower
     if img.kind == "vit":
         out["patch_embed"] = conv2d_flops(batch, grid, img.in_chans, D, P)
     elif img.kind == "conv_stem":
         h = img.stem_hidden_dim
-        out["patch_embed"] = (conv2d_flops(batch, (S, S), 1 if img.chroma_dim else img.in_chans,
-                                           h, 3)
+        out["patch_embed"] = (conv2d_flops(batch, (S, S), 1 if hue else img.in_chans, h, 3)
                               + conv2d_flops(batch, (S, S), h, h, 3)
                               + conv2d_flops(batch, grid, h, D, P))
-        if img.chroma_dim:  # PatchChroma: two 1×1 convs per pixel, one per patch
+        if hue:  # its PatchChroma: two 1×1 convs per pixel, one per patch
+            from vitbert.shapes.model import PatchChroma
+
             c = PatchChroma.HIDDEN
             out["patch_embed"] += (conv2d_flops(batch, (S, S), img.in_chans, c, 1)
                                    + conv2d_flops(batch, (S, S), c, c, 1)
-                                   + conv2d_flops(batch, grid, c, img.chroma_dim, 1))
+                                   + conv2d_flops(batch, grid, c, hue, 1))
     else:
         raise NotImplementedError(f"no analytic FLOP count for image tower kind {img.kind!r}")
     length = n + int(img.class_token)
@@ -126,7 +127,7 @@ def vitbert_step_flops(config: VitBertConfig, batch: int, text_len: int, targets
         f.forward["projector"] = linear_flops(photos * n, config.image.dim, D)
     f.forward["text_encoder"] = encoder_flops(batch, n + text_len, D, text.num_heads, text.depth,
                                               text.mlp_ratio)
-    if with_image and config.neighbour_lookup_heads:
+    if with_image and getattr(config.extension, "lookup_heads", 0):
         f.forward["lookup"] = lookup_flops(config, batch, text_len, n)
     rows = batch * text_len if targets is None else targets
     f.forward["mlm_head"] = linear_flops(rows, D, D) + linear_flops(rows, D, V)
@@ -134,19 +135,19 @@ def vitbert_step_flops(config: VitBertConfig, batch: int, text_len: int, targets
 
 
 def lookup_flops(config: VitBertConfig, batch: int, text_len: int, image_tokens: int) -> int:
-    """The neighbour lookup (:mod:`vitbert.models.lookup`) over every word row: its query from
+    """The neighbour lookup (:mod:`vitbert.shapes.model`) over every word row: its query from
     two neighbours (and, over a tower that keeps hue apart, the word's hidden state), keys and
     values per caption's image tokens, one attention, the output projection."""
     D, rows = config.text.dim, batch * text_len
     tokens = batch * image_tokens  # read per caption: its photo's tokens, gathered
-    C = config.image.chroma_dim
+    C = config.extension.hue_dim
     total = linear_flops(rows, 2 * D, D) + linear_flops(rows, D, D)  # query, out
     if C:  # hue → half the keys and values, form → the other halves; the hidden state's query
         total += (linear_flops(tokens, C, D) + linear_flops(tokens, config.image.dim - C, D)
                   + linear_flops(rows, D, D))
     else:
         total += linear_flops(tokens, D, 2 * D)
-    H = config.neighbour_lookup_heads
+    H = config.extension.lookup_heads
     return total + attention_flops(batch, H, text_len, image_tokens, D // H)
 
 

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from vitbert.models import Photos
+
 K = 16  # the shortlist the matching head re-scores
 
 
@@ -50,7 +52,7 @@ def itm_logits(net, head, ids: Tensor, keep: Tensor, features: Tensor, text_rows
     ``photo_rows[i]``: the joint encoder over the pair, the head on its [CLS]."""
     out = []
     for t, p in zip(text_rows.split(batch), photo_rows.split(batch), strict=True):
-        hidden, _ = net.encode(ids[t], keep[t], image_features=features, image_index=p)
+        hidden, _ = net.encode(ids[t], keep[t], Photos(features, p))
         out.append(head(hidden[:, 0]).float())  # (b,)
     return torch.cat(out)
 

@@ -26,11 +26,11 @@ from torch import Tensor, nn
 
 from vitbert.bench.flops import num_image_tokens, reference_step_flops, vitbert_step_flops
 from vitbert.bench.reference import ReferenceModel
-from vitbert.data.features import batch_image, image_argument
+from vitbert.data.features import IMAGE_INDEX
 from vitbert.data.masking import IGNORE_INDEX
-from vitbert.lit.loss import masked_lm_loss
+from vitbert.lit.objectives import masked_lm_loss, tower_output
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.models import Photos, VitBert, VitBertConfig
 
 Batch = dict[str, Tensor]
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "default.yaml"
@@ -54,8 +54,8 @@ def shapes_batches(config: VitBertConfig, batch_size: int, n_batches: int = 4, s
                    workdir: str | Path | None = None) -> tuple[list[Batch], Any]:
     """Real batches of the embedded default (shapes pictures, its WordPiece, the MLM collator,
     per-batch padding) and the tokenizer; the vocabulary is the tokenizer's."""
-    from vitbert.data import ShapesSource
     from vitbert.data.datamodule import CaptionDataModule
+    from vitbert.shapes import ShapesSource
 
     with tempfile.TemporaryDirectory() as tmp:
         n = max(512, n_batches * batch_size)
@@ -166,12 +166,13 @@ def _cycle(n: int) -> Iterator[int]:
 
 
 def vitbert_loss(model: nn.Module, batch: Batch, full_logits: bool = False) -> Tensor:
-    """The training loss (:func:`vitbert.lit.loss.masked_lm_loss`), or, for the lever, logits at
-    every word position and CE with ``ignore_index``."""
+    """The training loss (:func:`vitbert.lit.objectives.masked_lm_loss`), or, for the lever,
+    logits at every word position and CE with ``ignore_index``."""
+    tower = tower_output(model, batch)  # the tower on the pixels, or a frozen tower's features
     if not full_logits:
-        return masked_lm_loss(model, batch)
-    image = image_argument(batch, batch_image(batch))  # pixels, or a frozen tower's features
-    logits = model(batch["input_ids"], batch["attention_mask"], **image)
+        return masked_lm_loss(model, batch, tower)
+    logits = model(batch["input_ids"], batch["attention_mask"],
+                   Photos(tower, batch.get(IMAGE_INDEX)))
     return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
                            ignore_index=IGNORE_INDEX)
 
@@ -376,8 +377,8 @@ class _ManualF:
 def manual_attention() -> Iterator[None]:
     """Inside: our attention layers (and the neighbour lookup's) compute attention by hand
     instead of calling SDPA."""
-    from vitbert.models import lookup
     from vitbert.nn import attention
+    from vitbert.shapes import model as lookup
 
     modules = (attention, lookup)
     saved = [module.F for module in modules]

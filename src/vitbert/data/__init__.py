@@ -1,12 +1,13 @@
-"""Data: Flickr30k in its real formats and the generated shapes default, one uint8 image cache,
-a WordPiece tokenizer, the MLM collator, the data sources (`ShapesSource`, `Flickr30kSource`)
-and the one LightningDataModule that ties them together (`datamodule.CaptionDataModule`, not
-imported here: it pulls in Lightning, which inference does not need). `StreamingSource` (litdata
+"""Data: Flickr30k in its real formats, one uint8 image cache, a WordPiece tokenizer, the MLM
+collator, the data sources (`DataSource`, `Flickr30kSource`; the generated shapes default is
+`vitbert.shapes.ShapesSource`) and the one LightningDataModule that ties them together
+(`datamodule.CaptionDataModule`, not imported here: it pulls in Lightning, which inference does not
+need). `StreamingSource` (litdata
 shards, `vitbert.data.streaming`) is imported on first use, for the same reason."""
 
 from .cache import CaptionDataset, DataError
 from .masking import STOP_WORDS, MLMCollator
-from .sources import DataSource, Flickr30kSource, ShapesSource
+from .sources import DataSource, Flickr30kSource
 from .tokenizer import (
     SPECIAL_TOKENS,
     load_tokenizer,
@@ -23,7 +24,6 @@ __all__ = [
     "DataSource",
     "Flickr30kSource",
     "MLMCollator",
-    "ShapesSource",
     "StreamingSource",
     "load_tokenizer",
     "tokenizer_from_json",

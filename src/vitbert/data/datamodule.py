@@ -7,8 +7,8 @@ trained on the training captions and cached beside the data), the MLM collators 
 training, per-example deterministic masks for val / test / predict) and the loaders.
 
 `num_tokens` works right after __init__ (LightningCLI links it to the model's vocabulary size with
-apply_on="instantiate", before any Trainer exists): it may generate the shapes data or read the
-Flickr30k annotations to train the tokenizer on first use. Writes are atomic (temp file + rename),
+apply_on="instantiate", before any Trainer exists): it may generate a source's data or read its
+annotations to train the tokenizer on first use. Writes are atomic (temp file + rename),
 so parallel ranks doing the same at start-up do not corrupt each other.
 """
 
@@ -22,7 +22,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from jsonargparse import lazy_instance
 from torch.utils.data import DataLoader, Dataset
 from transformers import PreTrainedTokenizerFast
 
@@ -31,12 +30,9 @@ from .cache import SPLITS, DataError
 from .features import ImageFeatures
 from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
-from .sources import DataSource, LoaderOptions, ShapesSource
+from .sources import DataSource, LoaderOptions
 from .tokenizer import cached_wordpiece, load_tokenizer
-from .twins import TwinPhotos
 
-# The flags that switch the embedded default's twins off, named where twins cannot be served.
-NO_TWINS = "--data.twin_photos false --model.twin_weight 0"
 # What each stage does with the split it reads (the error when that split is empty says it).
 STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predict": "predict"}
 
@@ -44,13 +40,14 @@ STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predic
 class CaptionDataModule(L.LightningDataModule):
     """Captioned pictures from a data source, tokenized and masked for masked-language modelling.
 
-    The defaults are the embedded default's (configs/default.yaml): generated shapes, 30% hidden.
+    The defaults are BERT's (15% hidden); configs/default.yaml names the embedded default's
+    source and what it changes.
     """
 
     def __init__(
         self,
         *,
-        source: DataSource = lazy_instance(ShapesSource),  # noqa: B008 (built when first used)
+        source: DataSource,
         batch_size: int = 64,
         num_workers: int = 1,
         image_size: int = 32,
@@ -58,7 +55,7 @@ class CaptionDataModule(L.LightningDataModule):
         tokenizer: str | None = None,
         vocab_size: int = 8000,
         min_frequency: int = 2,
-        mlm_probability: float = 0.3,
+        mlm_probability: float = 0.15,
         whole_word_masking: bool = False,
         pin_memory: bool = True,
         persistent_workers: bool = True,
@@ -69,13 +66,12 @@ class CaptionDataModule(L.LightningDataModule):
         content_weight: float = 1.0,
         random_crop_scale: float = 1.0,
         group_by_photo: bool = False,
-        twin_photos: bool = False,
     ):
         """
         Args:
-            source: Where the captioned pictures come from: vitbert.data.ShapesSource (generated,
-                the default), vitbert.data.Flickr30kSource (photos on disk) or
-                vitbert.data.StreamingSource (litdata shards, local or s3://).
+            source: Where the captioned pictures come from: vitbert.data.Flickr30kSource (photos
+                on disk), vitbert.data.StreamingSource (litdata shards, local or s3://), or
+                vitbert.shapes.ShapesSource (generated: the embedded default).
             batch_size: Captions per batch (each distinct picture in it stacked once).
             num_workers: DataLoader worker processes (0 = load in the training process).
             image_size: Side of the square cached pictures; set from model.net.image.image_size.
@@ -86,9 +82,8 @@ class CaptionDataModule(L.LightningDataModule):
             vocab_size: Largest vocabulary of the trained WordPiece (the model gets its real size).
             min_frequency: Fewest occurrences for a piece to enter the trained vocabulary.
             mlm_probability: Fraction of caption pieces hidden as prediction targets. BERT's 0.15
-                suits long natural captions (the Flickr30k configs); the generated captions
-                are short and templated, so at 0.15 the words around a hidden one give it away
-                and the model ignores the picture: 0.3 makes the picture necessary.
+                suits long natural captions; short templated ones (the embedded default's)
+                give a hidden word away at 0.15, and 0.3 makes the picture necessary.
             whole_word_masking: Hide every piece of a chosen word together.
             pin_memory: Page-locked batches for faster copies to a GPU (ignored without one).
             persistent_workers: Keep loader workers alive between epochs.
@@ -108,20 +103,12 @@ class CaptionDataModule(L.LightningDataModule):
                 photo, not per caption: the same loss for about a fifth of the tower's work.
                 Batches then hold fewer distinct photos. Nothing changes with one caption per
                 picture (the generated shapes).
-            twin_photos: Training only: each caption also brings the photo of a *twin* (a
-                caption of another photo with the same content words, two of them exchanged;
-                vitbert.data.twins), for the twin contrast (model.twin_weight). A folder source
-                only, with the image tower trained.
         """
         super().__init__()
         for name, split in (("val_split", val_split), ("test_split", test_split),
                             ("predict_split", predict_split)):
             if split not in SPLITS:
                 raise DataError(f"{name}={split!r} is not one of {SPLITS}")
-        if hasattr(source, "lazy_get_init_data"):  # the parser's default, used from Python
-            source_class = next(c for c in type(source).__mro__
-                                if not hasattr(c, "lazy_get_init_data"))
-            source = source_class(**source.lazy_get_init_args().as_dict())
         self.source = source
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -139,8 +126,6 @@ class CaptionDataModule(L.LightningDataModule):
         self.content_weight = content_weight
         self.train_transform = random_resized_crop(image_size, random_crop_scale)
         self.group_by_photo = group_by_photo
-        self.twin_photos = twin_photos
-        self._twins: TwinPhotos | None = None
         self._tokenizer: PreTrainedTokenizerFast | None = None
         self._datasets: dict[str, Dataset] = {}
         self._image_features: ImageFeatures | None = None
@@ -265,14 +250,28 @@ class CaptionDataModule(L.LightningDataModule):
         """The caption of example `index` of `split` (batch["index"] holds these indices)."""
         return self.dataset(split).captions[index]
 
+    def train_captions(self) -> list[str] | None:
+        """The training captions, for what is built from them at the start of a fit (the word
+        pairs of swapped negatives); None for a source that streams them (reading every shard
+        on every rank is not worth it)."""
+        return self.source.train_captions(self.image_size) if self.source.caches_images else None
+
     def collator(self, deterministic: bool) -> MLMCollator:
-        """Training (`deterministic=False`) gets the content weight and the augmentation;
-        val / test / predict get fixed uniform masks and the pictures as they are."""
+        """Training (`deterministic=False`) gets the content weight, the augmentation and the
+        source's extra batch fields; val / test / predict get fixed uniform masks and the
+        pictures as they are."""
+        training = not deterministic
         return MLMCollator(self.tokenizer, mlm_probability=self.mlm_probability,
                            whole_word=self.whole_word_masking, deterministic=deterministic,
                            seed=self.mask_seed, max_length=self.max_length,
-                           content_weight=1.0 if deterministic else self.content_weight,
-                           image_transform=None if deterministic else self.train_transform)
+                           content_weight=self.content_weight if training else 1.0,
+                           image_transform=self.train_transform if training else None,
+                           extra=self.source.batch_extra() if self._extras(training) else None)
+
+    def _extras(self, training: bool) -> bool:
+        """Whether training items carry the source's own fields: not when a frozen tower's
+        cached output stands in for the photos."""
+        return training and self._image_features is None
 
     def use_image_features(self, features: ImageFeatures | None) -> None:
         """Loaders created from now on carry a frozen image tower's cached output tokens
@@ -283,20 +282,12 @@ class CaptionDataModule(L.LightningDataModule):
 
     def check_image_features(self) -> None:
         """Stop with one line when the source keeps no image cache to compute features over."""
-        self._require_image_cache("model.freeze_image_tower: true caches the tower's output per "
-                                  "photo of an image cache",
-                                  "use model.freeze_image_tower_steps, or a folder source")
-
-    def _require_image_cache(self, need: str, fix: str) -> None:
-        """Stop with one line naming the setting (``need``) that reads an image cache the
-        source does not keep, and the ``fix``."""
         if not self.source.caches_images:
-            raise DataError(f"{need}, and {type(self.source).__name__} streams photos without "
-                            f"one: {fix}")
+            raise DataError(f"model.freeze_image_tower: true caches the tower's output per photo "
+                            f"of an image cache, and {type(self.source).__name__} streams photos "
+                            f"without one: use model.freeze_image_tower_steps, or a folder source")
 
     def _loader(self, split: str, train: bool) -> DataLoader:
-        if train and self.twin_photos:
-            self._check_twin_photos()
         if train and self._image_features is None:
             own = self.source.train_loader(LoaderOptions(
                 batch_size=self.batch_size, num_workers=self.num_workers,
@@ -305,8 +296,8 @@ class CaptionDataModule(L.LightningDataModule):
             if own is not None:  # a streaming source deals its data to the ranks itself
                 return own
         dataset = self.dataset(split)
-        if train and self.twin_photos:
-            dataset = self._twin_dataset()
+        if self._extras(train):
+            dataset = self.source.training_items(dataset)
         if train:  # resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume
             groups = dataset.rows if self.group_by_photo else None  # (captions,) photo rows
             make = functools.partial(resumable_loader, groups=groups)
@@ -321,24 +312,6 @@ class CaptionDataModule(L.LightningDataModule):
             persistent_workers=self.persistent_workers and self.num_workers > 0,
             collate_fn=self.collator(deterministic=not train),
         )
-
-    def _twin_dataset(self) -> TwinPhotos:
-        """The training split with its twins' photos, found once (vitbert.data.twins)."""
-        if self._twins is None:
-            self._twins = TwinPhotos(self.dataset("train"))
-            self._say(f"twin photos: {self._twins.share():.0%} of the training captions have a "
-                      f"twin")
-        return self._twins
-
-    def _check_twin_photos(self) -> None:
-        """Stop with one line where twins cannot be served."""
-        if self._image_features is not None:
-            raise DataError("data.twin_photos: true shows each caption a second photo through the "
-                            "image tower, and model.freeze_image_tower: true caches the tower's "
-                            "output instead: switch one of them off (the twins with "
-                            f"{NO_TWINS})")
-        self._require_image_cache("data.twin_photos: true reads the twins' photos from an "
-                                  "image cache", f"use a folder source, or {NO_TWINS}")
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

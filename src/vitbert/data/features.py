@@ -12,7 +12,7 @@ GFLOP of a sample. The cache stores it next to the image cache:
 weights and its settings (`ImageTowerConfig`, pooled or patches): a change in any of them gives a
 new key and the cache is rebuilt (older ``features-*`` files in the folder are removed). Training
 then reads `FeatureDataset` items (``image_features`` instead of ``image``) and the model runs
-only the projector and the text side (``VitBert(..., image_features=...)``).
+only the projector and the text side (the cached output is the batch's `vitbert.models.Photos`).
 
 The tower runs in eval mode here (no stochastic depth): a frozen tower is a fixed function.
 Pretrained weights are loaded at fit start, so the cache is built in the LightningModule's
@@ -30,14 +30,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from .cache import CaptionDataset, DataError, read_meta
 from .files import atomic_write, temp_path
 
-FEATURES_KEY = "image_features"  # the batch key, and VitBert.forward's keyword
+FEATURES_KEY = "image_features"  # the batch key of a frozen tower's cached output
 FEATURES_VERSION = 1
 FEATURE_DTYPE = np.float16
 
@@ -184,41 +183,7 @@ class FeatureDataset(Dataset):
 
 # ----------------------------------------------------------------------------- batches
 
-# The batch key, and VitBert.forward's keyword: (B,) long, the photo each caption sees among the
-# batch's P distinct photos (`images` (P, 3, S, S) or `image_features` (P, N, D_img)). Without it
-# the photos are one per caption, in caption order.
+# The batch key, and `vitbert.models.Photos`' field: (B,) long, the photo each caption sees among
+# the batch's P distinct photos (`images` (P, 3, S, S) or `image_features` (P, N, D_img)). Without
+# it the photos are one per caption, in caption order.
 IMAGE_INDEX = "image_index"
-# A caption's twin photos (vitbert.data.twins): the item field, and in a batch the K twins drawn
-# (K, 3, S, S); the batch field that says which of them each caption sees, -1 for none (B,).
-TWIN_IMAGES, TWIN_INDEX = "twin_images", "twin_index"
-
-
-def batch_image(batch: dict[str, Tensor]) -> Tensor:
-    """What a batch carries of its photos: cached tower features when present, else pixels;
-    the P distinct photos when the batch has an ``image_index``, else one per caption."""
-    return batch[FEATURES_KEY] if FEATURES_KEY in batch else batch["images"]
-
-
-def caption_photos(batch: dict[str, Tensor]) -> Tensor:
-    """(B,) long: the row of each caption's photo among those the batch carries (its
-    ``image_index``, or caption b's own photo b when the photos are one per caption)."""
-    if IMAGE_INDEX in batch:
-        return batch[IMAGE_INDEX]
-    return torch.arange(len(batch["input_ids"]), device=batch["input_ids"].device)
-
-
-def image_argument(batch: dict[str, Tensor], image: Tensor | None) -> dict[str, Tensor | None]:
-    """``image`` (pixels, features, or None) under the keyword VitBert.forward reads it by, with
-    the batch's ``image_index`` when it has one (``image`` is then indexed by it)."""
-    argument = {FEATURES_KEY if FEATURES_KEY in batch else "images": image}
-    if image is not None and IMAGE_INDEX in batch:
-        argument[IMAGE_INDEX] = batch[IMAGE_INDEX]
-    return argument
-
-
-def select_captions(batch: dict[str, Tensor], keep: Tensor) -> dict[str, Tensor]:
-    """The captions ``keep`` (B,) bool of ``batch``. Per-caption keys are sliced; deduplicated
-    photos stay whole (their ``image_index`` is sliced, so each kept caption keeps its photo), and
-    so do the twin photos (by their ``twin_index``)."""
-    photos = ((FEATURES_KEY, "images") if IMAGE_INDEX in batch else ()) + (TWIN_IMAGES,)
-    return {key: value if key in photos else value[keep] for key, value in batch.items()}

@@ -12,13 +12,13 @@ seeded per example when `deterministic=True`. Tokenising and padding are the tok
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from .features import FEATURES_KEY, IMAGE_INDEX, TWIN_IMAGES, TWIN_INDEX
+from .features import FEATURES_KEY, IMAGE_INDEX
 from .resume import MASK_KEY
 
 # Function words and punctuation: most masked pieces are these, and they say little about the
@@ -34,9 +34,17 @@ _FUNCTION_WORDS = """
 STOP_WORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(".,;:!?'\"-()")
 
 IGNORE_INDEX = -100
-# Item fields of a caption's twin photos and the spans of the words they exchange (data.twins),
-# and the batch field that says where its exchanged words are (the photos' fields: .features).
-TWIN_SPANS, TWIN_MASK = "twin_spans", "twin_mask"
+
+
+class BatchExtra(Protocol):
+    """Batch fields a data source adds from fields of its own items (``DataSource.batch_extra``:
+    the shapes data's twin photos). Called after every mask is drawn, with each caption's
+    generator (``rngs``) where it left off, so the masks are those of a batch without the extra;
+    ``image`` is the collator's treatment of a photo (the training augmentation)."""
+
+    def __call__(self, items: list[dict[str, Any]], encoding: Any,
+                 rngs: list[np.random.Generator],
+                 image: Callable[[Any], torch.Tensor]) -> dict[str, torch.Tensor]: ...
 
 
 class MLMCollator:
@@ -48,9 +56,9 @@ class MLMCollator:
     `image_index` long (B,) the photo of each caption among them, `input_ids` long (B, T),
     `attention_mask` bool (B, T), `labels` long (B, T) (-100 where not a target), `content_mask`
     bool (B, T) (the pieces of content words, targets or not), `index` long (B,), `image_id`
-    long (B,) (the item's cache `row`: which photo). Items of `vitbert.data.twins.TwinPhotos`
-    add `twin_images`, `twin_index` and `twin_mask` (:meth:`_twins`).
-    Items with `image_features` (N, D_img) instead of `image` give `image_features` (P, N, D_img).
+    long (B,) (the item's cache `row`: which photo); `extra` (a data source's, :class:`BatchExtra`)
+    adds its own fields. Items with `image_features` (N, D_img) instead of `image` give
+    `image_features` (P, N, D_img).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
 
     Why each photo once: Flickr30k has five captions per photo, and a loader that keeps them
@@ -71,6 +79,7 @@ class MLMCollator:
         random_replace_prob: float = 0.1,
         content_weight: float = 1.0,
         image_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        extra: BatchExtra | None = None,
     ):
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
@@ -88,6 +97,7 @@ class MLMCollator:
         self.random_replace_prob = random_replace_prob
         self.content_weight = content_weight
         self.image_transform = image_transform  # per picture, uint8 (3, S, S) → same (training)
+        self.extra = extra
         special = set(tokenizer.all_special_ids)
         # Random replacements are drawn from ordinary pieces only, never from special tokens.
         self._random_ids = np.array([i for i in range(len(tokenizer)) if i not in special])
@@ -185,8 +195,8 @@ class MLMCollator:
             photos = {FEATURES_KEY: torch.stack([it[FEATURES_KEY] for it in first.values()])}
         else:  # (P, 3, S, S) uint8 pixels, one crop per photo when augmenting
             photos = {"images": torch.stack([self._image(it["image"]) for it in first.values()])}
-        if TWIN_IMAGES in items[0]:  # drawn after every mask, so the masks are the same
-            photos.update(self._twins(items, enc, rngs))
+        if self.extra is not None:  # drawn after every mask, so the masks are the same
+            photos.update(self.extra(items, enc, rngs, self._image))
         return {
             **photos,
             IMAGE_INDEX: torch.tensor(image_index, dtype=torch.long),  # (B,)
@@ -198,31 +208,6 @@ class MLMCollator:
             # (B,) which photo: the cache row (an item without one is its own image)
             "image_id": torch.tensor(image_ids),
         }
-
-    def _twins(self, items: list[dict[str, Any]], enc: Any,
-               rngs: list[np.random.Generator]) -> dict[str, torch.Tensor]:
-        """One twin photo drawn per caption that has any (`vitbert.data.twins`): `twin_images`
-        uint8 (K, 3, S, S), `twin_index` long (B,) the caption's twin among them or -1, and
-        `twin_mask` bool (B, T) the pieces of the two words the twin's caption exchanges."""
-        B, T = enc["input_ids"].shape
-        twin_index = np.full(B, -1, dtype=np.int64)
-        twin_mask = np.zeros((B, T), dtype=bool)
-        images = []
-        for b, (item, rng) in enumerate(zip(items, rngs, strict=True)):
-            if not len(item[TWIN_IMAGES]):
-                continue
-            k = int(rng.integers(len(item[TWIN_IMAGES])))
-            twin_index[b] = len(images)
-            images.append(self._image(item[TWIN_IMAGES][k]))
-            for pos, w in enumerate(enc.word_ids(b)):
-                if w is not None:  # a piece of a word inside one of the exchanged words' spans
-                    span = enc.word_to_chars(b, w)
-                    twin_mask[b, pos] = any(start <= span.start and span.end <= end
-                                            for start, end in item[TWIN_SPANS][k])
-        empty = torch.zeros(0, *items[0]["image"].shape, dtype=torch.uint8)
-        return {TWIN_IMAGES: torch.stack(images) if images else empty,
-                TWIN_INDEX: torch.from_numpy(twin_index),
-                TWIN_MASK: torch.from_numpy(twin_mask)}
 
     def _image(self, image: Any) -> torch.Tensor:
         image = torch.as_tensor(image)

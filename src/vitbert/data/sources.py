@@ -6,17 +6,19 @@ current), and the training captions the tokenizer learns from. Everything after 
 
     data:
       source:
-        class_path: vitbert.data.ShapesSource
-        init_args: {root: data/shapes, num_train: 20000}
+        class_path: vitbert.data.Flickr30kSource
+        init_args: {root: /data/flickr30k}
 
 A new captioned set is a subclass of `DataSource` that writes the cache format of
 `vitbert.data.cache`; nothing else changes. A source that does not fit one disk brings its own
 datasets and training loader instead (`split_dataset`, `train_loader`, `tokenizer_file`,
 `read_summary`: `vitbert.data.streaming.StreamingSource` streams litdata shards). A source may also
-score written captions in ways only its data allows (`DataSource.caption_scores`: the shapes data
-checks both objects' colours and shapes); the caption evaluation logs them and the table prints
-them. It may also make the binding test's negatives its own way (`DataSource.binding_swaps`: the
-shapes data swaps the two colours, the two shapes, and turns the relation). """
+add fields of its own to the training items and batches (`training_items`, `batch_extra`: the
+shapes data's twin photos), score written captions in ways only its data allows
+(`caption_scores`: the shapes data checks both objects' colours and shapes; the caption
+evaluation logs them and the table prints them), and make the binding test's negatives its own
+way (`binding_swaps`: the shapes data swaps the two colours, the two shapes, and turns the
+relation). The shapes data's source is `vitbert.shapes.ShapesSource`."""
 
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from . import flickr30k, shapes, shapes_captions
+from . import flickr30k
 from .cache import CaptionDataset, read_meta
+from .masking import BatchExtra
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,17 @@ class DataSource(ABC):
         the data module, unless `train_loader` gives a loader."""
         return CaptionDataset(self.cache_dir, split)
 
+    def training_items(self, dataset: Dataset) -> Dataset:
+        """The training split as the loader reads it: ``dataset`` (the default), or a wrapper
+        that adds fields of this data's own to each item, which :meth:`batch_extra` turns into
+        batch fields (the shapes data's twin photos)."""
+        return dataset
+
+    def batch_extra(self) -> BatchExtra | None:
+        """Extra fields of a training batch, made from the items :meth:`training_items` gives
+        (the collator's ``extra``); None (the default): none."""
+        return None
+
     def train_loader(self, options: LoaderOptions) -> DataLoader | None:
         """A training loader of this source's own; None (the default): the data module shuffles
         ``split_dataset("train")`` itself, resumably (`vitbert.data.resume`)."""
@@ -121,64 +135,6 @@ class DataSource(ABC):
         return {"class_path": f"{type(self).__module__}.{type(self).__name__}",
                 "init_args": {k.lstrip("_"): v for k, v in vars(self).items()
                               if not k.startswith("__") and k not in ("_summaries", "_summary")}}
-
-
-class ShapesSource(DataSource):
-    """The embedded default: pictures of two shapes with captions, generated on first use
-    (`vitbert.data.shapes`); val and test hold colour-shape pairs never seen in training."""
-
-    def __init__(
-        self,
-        *,
-        root: str = shapes.DEFAULT_ROOT,
-        num_train: int = 20_000,
-        num_val: int = 2_000,
-        num_test: int = 2_000,
-        seed: int = 0,
-    ):
-        """
-        Args:
-            root: Folder the pictures are generated into (the cache itself); reused while its
-                settings match.
-            num_train: Training pictures (one caption each).
-            num_val: Validation pictures, each holding a colour-shape pair unseen in training.
-            num_test: Test pictures, drawn like the validation ones.
-            seed: Generation seed: the same seed gives the same pictures, captions and held-out
-                pairs.
-        """
-        self.root = root
-        self.num_train, self.num_val, self.num_test, self.seed = num_train, num_val, num_test, seed
-
-    @property
-    def cache_dir(self) -> Path:
-        return Path(self.root)
-
-    def build_cache(self, image_size: int) -> dict[str, Any]:
-        return shapes.build_cache(self.root, image_size, self.num_train, self.num_val,
-                                  self.num_test, self.seed)
-
-    def train_captions(self, image_size: int) -> list[str]:
-        self.build_cache(image_size)  # generating the captions means generating the pictures
-        return CaptionDataset(self.cache_dir, "train").captions
-
-    def split_origin(self, meta: dict[str, Any]) -> str:
-        return "generated (val and test hold colour-shape pairs unseen in training)"
-
-    def empty_split(self, meta: dict[str, Any], split: str) -> tuple[str, str]:
-        return (f"num_{split}=0", f"set --data.source.init_args.num_{split} above 0")
-
-    def caption_scores(self, candidates: Sequence[str], references: Sequence[Sequence[str]]
-                       ) -> dict[str, float]:
-        """The share of captions naming both objects' colours and shapes right, and the colours
-        alone and the shapes alone (`vitbert.data.shapes_captions`); one caption per picture."""
-        shares = shapes_captions.colour_shape_shares(candidates, [rs[0] for rs in references])
-        return shares or {}
-
-    def caption_score_labels(self) -> dict[str, str]:
-        return dict(shapes_captions.CAPTION_SCORE_LABELS)
-
-    def binding_swaps(self) -> Callable[[str], list[tuple[str, str]]]:
-        return shapes_captions.binding_swaps
 
 
 class Flickr30kSource(DataSource):

@@ -6,8 +6,9 @@ image and the words to its left, so the next word of ``[CLS] w1 … wt`` is the 
 values of the image tokens and of the words already written never change: :class:`_NextWord`
 computes them once (a :class:`vitbert.nn.KVCache`) and feeds each step only the word just chosen
 and the new [MASK], whose own keys are then dropped. ``use_cache=False`` re-reads the whole
-sequence every step through ``VitBert.forward(attention_mode="seq2seq")``: the same tokens,
-slower, and the reference the cached path is tested against.
+sequence every step through ``VitBert.forward(mode="seq2seq")``: the same tokens, slower, and
+the reference the cached path is tested against. A model with a reader (``config.extension``)
+reads the photo again for the written pieces at each step, as its forward would.
 
 Mask-Predict (Ghazvininejad et al. 2019) needs no generation training: write N [MASK]s between
 [CLS] and [SEP], predict them all under the bidirectional mask, re-mask the least confident and
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor
 
 from vitbert.data.masking import STOP_WORDS
+from vitbert.models import Photos
 from vitbert.nn import AttentionContext, KVCache
 
 NEG_INF = float("-inf")
@@ -72,38 +74,37 @@ class _NextWord:
     """Log-probabilities of the next piece after each row's written pieces, with or without a cache.
 
     Rows may be reordered (beams that survive) with :meth:`select`; the pieces passed to
-    :meth:`__call__` must extend those of the previous call by one piece per row.
+    :meth:`__call__` must extend those of the previous call by one piece per row. The image tower
+    runs once, here, whichever path.
     """
 
-    def __init__(self, model, tokens: CaptionTokens, images: Tensor | None, rows: int,
+    def __init__(self, model, tokens: CaptionTokens, images: Tensor | None,
                  use_cache: bool) -> None:
-        self.model, self.tokens, self.images = model, tokens, images
+        self.model, self.tokens = model, tokens
+        self.photos = None if images is None else model.photos(images)  # (R, N, D_img) tokens
         self.cache = KVCache(len(model.text.encoder.blocks)) if use_cache else None
         self.written = 0  # text pieces whose keys and values the cache holds
-        self.image = None  # (R, N, ·) what the neighbour lookup reads (VitBert.lookup_source)
-        # For read sharing: the lookup's reads of the written pieces (R, t, D), and the last
-        # written piece's embedding (R, 1, D), the left neighbour of the next call's first piece.
-        self.reads = self.last = None
-        if self.cache is not None and images is not None:
+        self.image = None  # (R, N, D) the image tokens as the words see them (cached path)
+        # For a reader: the written pieces' embeddings and encoder rows (R, t, D), which the
+        # seq2seq mask never changes once written.
+        self.words = self.rows = None
+        if self.cache is not None and self.photos is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
-            tower = model.tower_tokens(images)  # (R, N, D_img)
-            image = model.text.embeddings.image(model.encode_image(image_features=tower))
-            model.text.encoder(image, cache=self.cache)  # (R, N, D) kept as keys and values
-            if model.lookup is not None:
-                self.image = model.lookup_source(tower, image)
-        self.num_rows = rows
+            self.image = model.image_tokens(self.photos)  # (R, N, D)
+            model.text.encoder(self.image, cache=self.cache)
+        self.num_rows = 1 if images is None else len(images)
 
     def select(self, index: Tensor) -> None:
         """Keep rows ``index`` (R',) in that order."""
         self.num_rows = len(index)
+        if self.photos is not None:
+            self.photos = Photos(self.photos.tokens[index])
+        if self.image is not None:
+            self.image = self.image[index]
         if self.cache is not None:
             self.cache.select(index)
-            if self.image is not None:
-                self.image = self.image[index]
-            if self.reads is not None:
-                self.reads, self.last = self.reads[index], self.last[index]
-        elif self.images is not None:
-            self.images = self.images[index]
+        if self.words is not None:
+            self.words, self.rows = self.words[index], self.rows[index]
 
     def __call__(self, written: Tensor) -> Tensor:
         """written (R, t) pieces from [CLS] on → (R, V) log-probabilities of piece t + 1."""
@@ -111,8 +112,8 @@ class _NextWord:
         mask_column = written.new_full((R, 1), self.tokens.mask)
         if self.cache is None:
             ids = torch.cat((written, mask_column), dim=1)  # (R, t + 1)
-            logits = self.model(ids, torch.ones_like(ids, dtype=torch.bool), images=self.images,
-                                attention_mode="seq2seq")[:, -1]  # (R, V)
+            logits = self.model(ids, torch.ones_like(ids, dtype=torch.bool), self.photos,
+                                mode="seq2seq")[:, -1]  # (R, V)
             return logits.float().log_softmax(dim=-1)
         new = torch.cat((written[:, self.written:], mask_column), dim=1)  # (R, n): unread + [MASK]
         n, past = new.shape[1], len(self.cache)
@@ -123,20 +124,25 @@ class _NextWord:
         hidden = self.model.text.encoder(x, AttentionContext(mask), cache=self.cache)  # (R, n, D)
         self.cache.crop(past + n - 1)  # the [MASK] was read only to be predicted
         self.written = t
-        if self.image is not None:  # the [MASK]'s left neighbour (the last piece) asks the photo
-            words, rows = x, hidden
-            if self.last is not None:  # the first new piece's left neighbour, read before
-                words = torch.cat((self.last, x), dim=1)  # (R, 1 + n, D)
-                rows = torch.cat((torch.zeros_like(self.last), hidden), dim=1)
-            read = self.model.lookup(words, self.image, right_context=False,
-                                     hidden=rows)[:, -n:]  # (R, n, D)
-            if self.reads is not None:  # the written pieces' reads, from earlier calls
-                read = torch.cat((self.reads, read), dim=1)  # (R, t + 1, D)
-            # The [MASK]'s read is not kept: the next call reads its place again with its piece.
-            self.reads, self.last = read[:, :-1], x[:, -2:-1]
-            hidden = hidden + self.model.shared_reads(read, causal=True)[:, -n:]
+        if self.model.reader is not None and self.image is not None:
+            hidden = self._read(x, hidden)
         hidden = hidden[:, -1]  # (R, D): the [MASK]'s row
         return self.model.mlm_head(hidden).float().log_softmax(dim=-1)  # (R, V)
+
+    def _read(self, x: Tensor, hidden: Tensor) -> Tensor:
+        """The new pieces' rows (R, n, D) after the reader, which reads the whole caption as
+        written (its pieces' rows never change under the seq2seq mask); the [MASK]'s embedding
+        and row are not kept: the next call reads its place again with its piece."""
+        words, rows = x, hidden
+        if self.words is not None:
+            words = torch.cat((self.words, x), dim=1)  # (R, t + 1, D)
+            rows = torch.cat((self.rows, hidden), dim=1)
+        self.words, self.rows = words[:, :-1], rows[:, :-1]
+        visible = self.image.new_ones(self.image.shape[:2], dtype=torch.bool)  # (R, N)
+        read = self.model.reader(words=words, hidden=rows, image=self.image,
+                                 tower=self.photos.tokens, index=None, visible=visible,
+                                 causal=True)  # (R, t + 1, D)
+        return read[:, -x.shape[1]:]
 
 
 def _restrict(log_probs: Tensor, tokens: CaptionTokens, step: int) -> Tensor:
@@ -151,14 +157,6 @@ def _limit(model, max_new_tokens: int | None) -> int:
     """[CLS] + the pieces + the [MASK] after them must fit the text positions."""
     room = model.config.text.max_len - 1
     return room if max_new_tokens is None else max(1, min(max_new_tokens, room))
-
-
-def _rows(images: Tensor | None, num_captions: int | None) -> int:
-    if images is not None:
-        return len(images)
-    if num_captions is None:
-        raise ValueError("without images, say how many captions to write (num_captions)")
-    return num_captions
 
 
 def _write(next_word: _NextWord, tokens: CaptionTokens, rows: int, steps: int,
@@ -192,31 +190,29 @@ def _write(next_word: _NextWord, tokens: CaptionTokens, rows: int, steps: int,
 
 
 @torch.no_grad()
-def greedy(model, tokens: CaptionTokens, images: Tensor | None, num_captions: int | None = None,
+def greedy(model, tokens: CaptionTokens, images: Tensor | None,
            max_new_tokens: int | None = None, length_penalty: float = 1.0,
            use_cache: bool = True) -> list[Generated]:
     """The most probable next piece at every step, until [SEP]; one caption per image.
 
-    ``images`` uint8 (B, 3, S, S) on the model's device, or None to write from no image
-    (then ``num_captions`` captions, the text-only control).
+    ``images`` uint8 (B, 3, S, S) on the model's device, or None to write one caption from no
+    image (the text-only control).
     """
-    B = _rows(images, num_captions)
-    next_word = _NextWord(model, tokens, images, B, use_cache)
-    return _write(next_word, tokens, B, _limit(model, max_new_tokens),
+    next_word = _NextWord(model, tokens, images, use_cache)
+    return _write(next_word, tokens, next_word.num_rows, _limit(model, max_new_tokens),
                   lambda log_probs: log_probs.max(dim=-1).indices, length_penalty)
 
 
 @torch.no_grad()
-def sample(model, tokens: CaptionTokens, images: Tensor | None, num_captions: int | None = None,
-           num_samples: int = 16, temperature: float = 1.0, max_new_tokens: int | None = None,
-           seed: int = 0, use_cache: bool = True) -> list[list[Generated]]:
+def sample(model, tokens: CaptionTokens, images: Tensor | None, num_samples: int = 16,
+           temperature: float = 1.0, max_new_tokens: int | None = None, seed: int = 0,
+           use_cache: bool = True) -> list[list[Generated]]:
     """``num_samples`` captions per image, each piece drawn from the next-piece distribution at
     ``temperature`` (the same ``seed``, the same captions). Their scores are greedy's: the
     log-probability per piece, untempered. Arguments otherwise as :func:`greedy`'s."""
     if num_samples < 1 or temperature <= 0:
         raise ValueError(f"num_samples={num_samples}, temperature={temperature}: use at least "
                          "one sample and a temperature above 0")
-    B, K = _rows(images, num_captions), num_samples
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
 
@@ -224,15 +220,15 @@ def sample(model, tokens: CaptionTokens, images: Tensor | None, num_captions: in
         drawn = (log_probs / temperature).softmax(dim=-1)
         return torch.multinomial(drawn, 1, generator=generator).squeeze(1)
 
-    next_word = _NextWord(model, tokens, images, B, use_cache)  # the tower runs once per image
+    next_word = _NextWord(model, tokens, images, use_cache)  # the tower runs once per image
+    B, K = next_word.num_rows, num_samples
     next_word.select(torch.arange(B, device=device).repeat_interleave(K))  # R = B·K rows
     captions = _write(next_word, tokens, B * K, _limit(model, max_new_tokens), draw)
     return [captions[b * K:(b + 1) * K] for b in range(B)]
 
 
 @torch.no_grad()
-def beam_search(model, tokens: CaptionTokens, images: Tensor | None,
-                num_captions: int | None = None, num_beams: int = 3,
+def beam_search(model, tokens: CaptionTokens, images: Tensor | None, num_beams: int = 3,
                 max_new_tokens: int | None = None, length_penalty: float = 1.0,
                 num_return_sequences: int = 1, use_cache: bool = True) -> list[list[Generated]]:
     """Keep the ``num_beams`` best partial captions per image; per image the best finished ones.
@@ -244,9 +240,9 @@ def beam_search(model, tokens: CaptionTokens, images: Tensor | None,
     if not 1 <= num_return_sequences <= num_beams:
         raise ValueError(f"num_return_sequences={num_return_sequences}: between 1 and "
                          f"num_beams={num_beams}")
-    B, K = _rows(images, num_captions), num_beams
     device = next(model.parameters()).device
-    next_word = _NextWord(model, tokens, images, B, use_cache)
+    next_word = _NextWord(model, tokens, images, use_cache)
+    B, K = next_word.num_rows, num_beams
     next_word.select(torch.arange(B, device=device).repeat_interleave(K))  # R = B·K rows
     written = torch.full((B * K, 1), tokens.cls, dtype=torch.long, device=device)  # (R, 1)
     # Only the first beam is live at the start, or all K would propose the same pieces.
@@ -301,15 +297,16 @@ def beam_search(model, tokens: CaptionTokens, images: Tensor | None,
 
 @torch.no_grad()
 def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
-                 num_captions: int | None = None, lengths: Sequence[int] = (8, 10, 12, 14),
-                 iterations: int = 6) -> list[Generated]:
+                 lengths: Sequence[int] = (8, 10, 12, 14), iterations: int = 6
+                 ) -> list[Generated]:
     """Mask-Predict under the bidirectional (MLM) mask; the best length per image.
 
     For each N in ``lengths``: ``[CLS] [MASK]×N [SEP]``; predict every [MASK]; then ``iterations
     - 1`` times re-mask the N·(T - i)/T least confident pieces and predict those again. A piece's
     confidence is its probability when it was last predicted.
     """
-    B = _rows(images, num_captions)
+    photos = None if images is None else model.photos(images)  # the tower runs once
+    B = 1 if images is None else len(images)
     device = next(model.parameters()).device
     room = model.config.text.max_len - 2
     best: list[Generated | None] = [None] * B
@@ -320,7 +317,7 @@ def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
         keep = torch.ones_like(ids, dtype=torch.bool)
         for i in range(iterations):
             hidden = ids[:, 1:-1] == tokens.mask  # (B, N)
-            logits = model(ids, keep, images=images)[:, 1:-1]  # (B, N, V)
+            logits = model(ids, keep, photos)[:, 1:-1]  # (B, N, V)
             log_probs = logits.float().log_softmax(dim=-1)
             log_probs[..., [*tokens.banned, tokens.sep]] = NEG_INF
             score, piece = log_probs.max(dim=-1)  # (B, N)

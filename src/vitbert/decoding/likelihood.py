@@ -13,17 +13,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from vitbert.models import Photos
+
 
 @torch.no_grad()
 def pseudo_log_likelihood(net, ids: Tensor, keep: Tensor, content: Tensor, mask_token_id: int,
-                          images: Tensor | None, image_index: Tensor | None,
-                          chunk: int = 1024) -> tuple[Tensor, list[Tensor]]:
+                          photos: Photos | None, chunk: int = 1024) -> tuple[Tensor, list[Tensor]]:
     """Per caption, the sum of log p(piece) over its content pieces, each hidden in turn with the
     rest in view: (B,). Also, per caption, the log-probabilities (C_b, V) at each hidden piece,
     in position order (the fill-mask readings).
 
-    ``images``: the photos (P, 3, S, S), caption b shown ``images[image_index[b]]``; None: no
-    image (text only).
+    ``photos``: what the captions see (:meth:`VitBert.photos`: the tower's output for P photos,
+    caption b shown photo ``photos.index[b]``); None: no image (text only).
     """
     row, col = content.nonzero(as_tuple=True)  # (M,) one sequence per hidden piece
     total = torch.zeros(len(ids), device=ids.device)
@@ -34,8 +35,8 @@ def pseudo_log_likelihood(net, ids: Tensor, keep: Tensor, content: Tensor, mask_
         masked[torch.arange(len(r)), c] = mask_token_id
         target = torch.zeros_like(masked, dtype=torch.bool)
         target[torch.arange(len(r)), c] = True
-        photos = {} if images is None else {"images": images, "image_index": image_index[r]}
-        logits = net(masked, keep[r], target_mask=target, **photos)  # (m, V)
+        shown = None if photos is None else Photos(photos.tokens, photos.index[r])
+        logits = net(masked, keep[r], shown, target_mask=target)  # (m, V)
         log_p = logits.float().log_softmax(-1)
         total.index_add_(0, r, log_p.gather(1, ids[r, c][:, None]).squeeze(1))
         for k, b in enumerate(r.tolist()):

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from vitbert.decoding.generate import CaptionTokens, Generated, greedy, sample
 from vitbert.decoding.likelihood import pseudo_log_likelihood
+from vitbert.models import Photos
 
 
 def caption_rows(tokens: CaptionTokens, captions: list[Generated], max_len: int
@@ -57,7 +58,8 @@ def rerank(model, tokens: CaptionTokens, images: Tensor, candidates: list[list[G
     ``likelihood=False``: by the contrastive score alone, one text pass per caption instead of
     one per content piece. ``images`` (B, 3, S, S); the model needs its contrastive heads
     (``net.itc_dim`` > 0)."""
-    photos = model.embed_images(images)  # (B, E), unit vectors
+    tower = model.tower_tokens(images)  # (B, N, D_img): the tower once, for both scores
+    photos = model.embed_image_tokens(tower)  # (B, E), unit vectors
     unique = [list({tuple(c.token_ids): c for c in found}.values()) for found in candidates]
     ids, keep = caption_rows(tokens, [c for found in unique for c in found],
                              model.config.text.max_len)  # (C, T): every image's, in one pass
@@ -70,7 +72,8 @@ def rerank(model, tokens: CaptionTokens, images: Tensor, candidates: list[list[G
     if likelihood:
         pieces = keep & (ids != tokens.cls) & (ids != tokens.sep)
         content = pieces & ~torch.isin(ids, torch.tensor(tokens.function, device=ids.device))
-        fit, _ = pseudo_log_likelihood(model, ids, keep, content, tokens.mask, images, owner)
+        fit, _ = pseudo_log_likelihood(model, ids, keep, content, tokens.mask,
+                                       Photos(tower, owner))
     rank = (similarity / model.itc.temperature + fit).tolist()
     similarity, fit = similarity.tolist(), fit.tolist()
     results, start = [], 0
@@ -83,15 +86,15 @@ def rerank(model, tokens: CaptionTokens, images: Tensor, candidates: list[list[G
 
 
 def sample_and_rerank(model, tokens: CaptionTokens, images: Tensor, num_samples: int = 15,
-                      temperature: float = 1.0, max_new_tokens: int | None = None,
-                      seed: int = 0, greedy_captions: list[Generated] | None = None,
+                      max_new_tokens: int | None = None, seed: int = 0,
+                      greedy_captions: list[Generated] | None = None,
                       likelihood: bool = True) -> list[list[Generated]]:
     """The greedy caption (``greedy_captions`` when written already) and ``num_samples``
-    sampled ones per image (:func:`sample`), reranked (:func:`rerank`, ``likelihood`` as
-    there): per image the distinct candidates, best first."""
+    sampled ones per image (:func:`sample`, at temperature 1), reranked (:func:`rerank`,
+    ``likelihood`` as there): per image the distinct candidates, best first."""
     first = (greedy_captions if greedy_captions is not None
              else greedy(model, tokens, images, max_new_tokens=max_new_tokens))
-    drawn = sample(model, tokens, images, num_samples=num_samples, temperature=temperature,
+    drawn = sample(model, tokens, images, num_samples=num_samples,
                    max_new_tokens=max_new_tokens, seed=seed)
     return rerank(model, tokens, images, [[g, *s] for g, s in zip(first, drawn, strict=True)],
                   likelihood)

@@ -23,15 +23,9 @@ import torch
 from torch import Tensor, nn
 
 from vitbert.experiments.data import IMAGE_SIZE
+from vitbert.experiments.position import RelativePositionBias2D, Rotary2D
 from vitbert.models.patch_embed import ConvStem
-from vitbert.nn import (
-    AttentionContext,
-    BlockConfig,
-    Encoder,
-    LearnedPosition,
-    RelativePositionBias2D,
-    Rotary2D,
-)
+from vitbert.nn import AttentionContext, BlockConfig, Encoder, LearnedPosition
 
 Position = Literal["none", "learned", "bias", "rope2d"]
 POSITIONS: tuple[str, ...] = ("none", "learned", "bias", "rope2d")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,15 +44,21 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = "config.json", "model.safetensors", 
 TIED_KEY, TIED_SOURCE = "mlm_head.decoder.weight", "text.embeddings.word.weight"
 _SHARED_FILE_MODE, _SHARED_FOLDER_MODE = 0o644, 0o755  # exported models are for others to read
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # what a config passed by mistake looks like
-# The word pointer, a decoding add-on keyed on the shapes data's colour and shape words, was
-# removed. It served decoding only: a model that held one writes with its text head alone.
-REMOVED_WEIGHTS = "pointer."
-REMOVED_WEIGHTS_WARNING = ("this checkpoint's word pointer (a shapes-only decoding add-on, "
-                           "removed) is ignored")
 # The heads of the training objectives, kept by the training module beside ``net``
-# (vitbert.models.heads), each with the setting that gives a run one (a report names it when a
-# run has no such head, or its source had none).
-HEADS = {"word_head": "word_detection_weight", "itm_head": "itm_weight"}
+# (vitbert.models.heads), each with the objective that trains it (a report names it when a run
+# has no such head, or its source had none).
+HEADS = {"word_head": "vitbert.lit.objectives.WordDetection",
+         "itm_head": "vitbert.lit.contrastive.ImageTextMatching"}
+# Checkpoints written before the network took extensions kept the shapes data's binding levers
+# as fields of the core's config and weights at the network's top level: read as the extension
+# they are now (so such a checkpoint still predicts, writes and fine-tunes).
+LEGACY_EXTENSION = "vitbert.shapes.BindingLevers"
+LEGACY_FIELDS = {"chroma_dim": "hue_dim", "chroma_place": "places",
+                 "neighbour_lookup_heads": "lookup_heads", "lookup_share_window": "share_window",
+                 "lookup_place": "lookup_place"}
+LEGACY_WEIGHTS = {"lookup.": "reader.lookup.", "read_sharing.": "reader.sharing."}
+# A word pointer was a decoding add-on of an older version still; it is gone.
+REMOVED_WEIGHTS = "pointer."
 
 
 class CheckpointError(ValueError):
@@ -118,12 +123,33 @@ def read_checkpoint(path: str | Path) -> StoredModel:
     weights = checkpoint["state_dict"]
     state_dict = {key.removeprefix("net."): value for key, value in weights.items()
                   if key.startswith("net.")}
-    state_dict = drop_removed_weights(state_dict)
     heads = {key: value for key, value in weights.items() if is_head_weight(key)}
     ignored = [key for key in weights if not key.startswith("net.") and key not in heads]
-    config = VitBertConfig.from_dict(hparams["net"])
+    config, state_dict = upgraded(hparams["net"], state_dict, path)
     return StoredModel(config, state_dict, checkpoint.get(TOKENIZER_KEY), str(path), heads,
                        ignored)
+
+
+def upgraded(config: dict[str, Any], state_dict: dict[str, Tensor], path: Path
+             ) -> tuple[VitBertConfig, dict[str, Tensor]]:
+    """A stored network's config and weights as this version builds them: a checkpoint from
+    before extensions had the shapes data's binding levers in the core's config and at the
+    network's top level (:data:`LEGACY_FIELDS`, :data:`LEGACY_WEIGHTS`). One with the word
+    pointer, an add-on removed before that, is refused with the fix."""
+    if any(key.startswith(REMOVED_WEIGHTS) for key in state_dict):
+        raise CheckpointError(f"{path}: holds the word pointer, a decoding add-on removed from "
+                              f"vitbert; load it with the version that wrote it, or train anew")
+    config = dict(config)
+    image = dict(config.get("image", {}))
+    levers = {new: source.pop(old) for old, new in LEGACY_FIELDS.items()
+              for source in (image, config) if old in source}
+    config["image"] = image
+    if any(levers.values()):
+        config["extension"] = {"class_path": LEGACY_EXTENSION, "init_args": levers}
+        state_dict = {next((new + key[len(old):] for old, new in LEGACY_WEIGHTS.items()
+                            if key.startswith(old)), key): value
+                      for key, value in state_dict.items()}
+    return VitBertConfig.from_dict(config), state_dict
 
 
 def check_same_vocabulary(stored_json: str, tokenizer) -> None:
@@ -176,28 +202,6 @@ def _first_line(error: Exception) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def drop_removed_weights(state_dict: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
-    """``state_dict`` without the removed word pointer's weights (``{prefix}pointer.*``), with one
-    warning when it held any: the rest is the model as it was trained."""
-    removed = prefix + REMOVED_WEIGHTS
-    kept = {key: value for key, value in state_dict.items() if not key.startswith(removed)}
-    if len(kept) < len(state_dict):
-        warnings.warn(REMOVED_WEIGHTS_WARNING, stacklevel=2)
-    return kept
-
-
-def loadable_state(checkpoint: dict, resuming: str | None = None) -> dict[str, Tensor]:
-    """A training checkpoint's ``state_dict`` as this version's module loads it: without the
-    removed weights (:func:`drop_removed_weights`). A run that trained with them cannot resume
-    (its optimizer state holds them too): ``resuming`` (its ``--ckpt_path``) says so in one line."""
-    weights = checkpoint["state_dict"]
-    if resuming and any(key.startswith("net." + REMOVED_WEIGHTS) for key in weights):
-        raise CheckpointError(f"--ckpt_path {resuming}: this checkpoint's word pointer was "
-                              f"removed, so its run cannot resume; start a new run from its "
-                              f"weights with --model.init_from instead")
-    return drop_removed_weights(weights, prefix="net.")
-
-
 def _read_exported(folder: Path) -> StoredModel:
     from safetensors.torch import load_file
 
@@ -207,12 +211,12 @@ def _read_exported(folder: Path) -> StoredModel:
             f"{folder}: not an exported vitbert folder (missing {', '.join(missing)}). "
             "Write one with: python scripts/export.py --ckpt CHECKPOINT --out FOLDER"
         )
-    config = VitBertConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
     tokenizer_path = folder / TOKENIZER_FILE
     tokenizer_json = tokenizer_path.read_text() if tokenizer_path.is_file() else None
     weights = load_file(folder / WEIGHTS_FILE)
     heads = {key: weights.pop(key) for key in list(weights) if is_head_weight(key)}
-    state_dict = drop_removed_weights(weights)
+    config, state_dict = upgraded(json.loads((folder / CONFIG_FILE).read_text()), weights,
+                                  folder)
     state_dict.setdefault(TIED_KEY, state_dict[TIED_SOURCE])  # stored once: see write_exported
     return StoredModel(config, state_dict, tokenizer_json, str(folder), heads)
 

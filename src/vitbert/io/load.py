@@ -78,12 +78,12 @@ def _export_contents(model: VitBert, stored: StoredModel) -> str:
 
 
 def initialize(net: VitBert, init_from: str | Path | None = None, tokenizer=None,
-               heads: dict[str, nn.Module | None] | None = None) -> str | None:
+               heads: dict[str, nn.Module] | None = None) -> str | None:
     """The weights a fresh run starts from, and a report of what was loaded (None: nothing).
 
     ``init_from`` (a ``.ckpt`` or exported folder) gives every weight it can, rows matched by
-    token text, into ``net`` and into the training ``heads`` (name → head, None for one this run
-    does not train); the report names every tensor copied, not used, or left as initialised.
+    token text, into ``net`` and into the training ``heads`` this run trains (name → head); the
+    report names every tensor copied, not used, or left as initialised.
     Otherwise ``net.config.image.pretrained`` (timm name or file) gives the image tower's. A
     resumed run, or a model loaded to predict, takes its weights from its own file.
     """

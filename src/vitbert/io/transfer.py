@@ -12,8 +12,8 @@ checkpoints into a new run (fine-tuning). What may differ, and what happens:
 * anything else of another shape: skipped and named, or with ``strict=True`` an error before
   anything is written;
 * the training heads that live beside the network (``word_head``, ``itm_head``: :data:`HEADS`),
-  given as ``heads``: copied like the rest, or named with the setting that explains them when only
-  one side has the head (the source's is not used, or ours is left as initialised).
+  given as ``heads``: copied like the rest, or named with the objective that explains them when
+  only one side has the head (the source's is not used, or ours is left as initialised).
 
 Nothing moves in silence: the report names every source tensor not used and every tensor of ours
 left as initialised.
@@ -86,39 +86,44 @@ def _summarise(entries: list[str], limit: int = 8) -> str:
     return "; ".join(shown)
 
 
-def _head_weights(heads: dict[str, nn.Module | None]) -> dict[str, Tensor]:
+def _head_weights(heads: dict[str, nn.Module]) -> dict[str, Tensor]:
     """The present heads' tensors under their module-level names (``word_head.classifier.bias``)."""
-    return {f"{name}.{key}": value for name, head in heads.items() if head is not None
+    return {f"{name}.{key}": value for name, head in heads.items()
             for key, value in head.state_dict(keep_vars=True).items()}
 
 
-def _why_not_in_model(name: str, heads: dict[str, nn.Module | None] | None) -> str:
+def _why_not_in_model(name: str, heads: dict[str, nn.Module] | None) -> str:
     """Why a source tensor has no place in the model: a head this run does not train, named with
-    the setting that would give it one, or a tensor the architecture lacks."""
+    the objective that would give it one, or a tensor the architecture lacks."""
     head = name.split(".", 1)[0]
     if head == CONTRASTIVE:
         return "this model has no contrastive heads: its --model.net.itc_dim is 0"
     if head not in HEADS:
         return "not in this model"
-    if heads is None or head not in heads:
+    if heads is None:
         return f"a training head ({head}); only the network was given"
-    return f"this run has no {head}: its --model.{HEADS[head]} is 0"
+    return f"this run has no {head}: its model.objectives have no {_short(HEADS[head])}"
 
 
-def _note_fresh_heads(source: StoredModel, heads: dict[str, nn.Module | None],
+def _short(class_path: str) -> str:
+    return class_path.rsplit(".", 1)[-1]
+
+
+def _note_fresh_heads(source: StoredModel, heads: dict[str, nn.Module],
                       report: TransferReport) -> None:
     """Say which of our heads the source had none of: they start from their initialisation."""
-    for head, module in heads.items():
-        if module is not None and not any(n.startswith(head + ".") for n in source.heads):
-            report.notes.append(f"the source has no {head} (trained with --model.{HEADS[head]} "
-                                f"0): this run's {head} starts from its initialisation")
+    for head in heads:
+        if not any(n.startswith(head + ".") for n in source.heads):
+            report.notes.append(f"the source has no {head} (trained without "
+                                f"{_short(HEADS[head])}): this run's {head} starts from its "
+                                f"initialisation")
 
 
 def transfer_weights(model: nn.Module, source: StoredModel, tokenizer=None, *,
                      strict: bool = False,
-                     heads: dict[str, nn.Module | None] | None = None) -> TransferReport:
+                     heads: dict[str, nn.Module] | None = None) -> TransferReport:
     """Copy ``source``'s weights into ``model`` (a VitBert or an image tower) in place, and its
-    training heads' into ``heads`` (name → head, None for one the run does not train).
+    training heads' into ``heads`` (name → head, the ones this run trains).
 
     Every value is fitted before anything is written, so ``strict=True`` (a shape that does not
     fit is an error) leaves the model untouched when it raises. Parameters keep their identity;

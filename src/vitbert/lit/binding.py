@@ -33,8 +33,7 @@ from torch import Tensor
 
 from vitbert.data.masking import STOP_WORDS
 from vitbert.decoding.likelihood import pseudo_log_likelihood
-from vitbert.lit.captioning import images_and_references
-from vitbert.lit.evaluation import SplitEvaluation
+from vitbert.lit.evaluation import SplitEvaluation, images_and_references
 from vitbert.lit.negatives import SwapNegatives
 
 SwapMaker = Callable[[str], list[tuple[str, str]]]  # caption → [(kind, negative caption), …]
@@ -129,11 +128,12 @@ def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[s
         pixels = images[start:start + batch_pictures].to(device)
         index = torch.tensor(photo, device=device)
         mask_id = tokenizer.mask_token_id
-        pll, fills = pseudo_log_likelihood(net, ids, keep, content, mask_id, pixels, index)
-        pll_text, _ = pseudo_log_likelihood(net, ids, keep, content, mask_id, None, None)
+        photos = net.photos(pixels, index)  # the tower once for the batch's pictures
+        pll, fills = pseudo_log_likelihood(net, ids, keep, content, mask_id, photos)
+        pll_text, _ = pseudo_log_likelihood(net, ids, keep, content, mask_id, None)
         itm = None
         if itm_head is not None:
-            hidden, _ = net.encode(ids, keep, images=pixels, image_index=index)  # (B, T, D)
+            hidden, _ = net.encode(ids, keep, photos)  # (B, T, D)
             itm = itm_head(hidden[:, 0]).float()  # (B,)
         hidden_at = {}  # per true caption: its one-piece content words' readings
         for n, kind in enumerate(kinds):
@@ -209,17 +209,19 @@ def _win(true: Tensor, negative: Tensor) -> float:
 class BindingEvaluation(SplitEvaluation):
     """The swap tests at the end of each validation (a fixed sample of ``num_images`` pictures,
     every caption of each) and test (every picture of the split), logged as
-    ``{stage}/binding_{score}[_{kind}]``; ``num_images`` 0 turns them off; ``every_n_epochs`` as
-    in :class:`vitbert.lit.evaluation.SplitEvaluation`.
+    ``{stage}/binding_{score}[_{kind}]``; off (``num_images`` 0) unless a config asks for them;
+    ``every_n_epochs`` as in :class:`vitbert.lit.evaluation.SplitEvaluation`.
 
     The negatives are the data source's own (``binding_swaps``) where it has them, else
-    :func:`generic_swaps` over the training captions' word pairs (built once per tokenizer). The
-    tests are the same on every process under DDP, and each process runs all of them.
+    :func:`generic_swaps` over the word pairs of the training captions (built once per
+    tokenizer), or, for a source that streams its training set, of the captions tested (a
+    streamed training set is never read for them). The tests are the same on every process
+    under DDP, and each process runs all of them.
     """
 
     prefix = "binding_"
 
-    def __init__(self, num_images: int = 200, batch_pictures: int = 32,
+    def __init__(self, num_images: int = 0, batch_pictures: int = 32,
                  every_n_epochs: int = 1) -> None:
         super().__init__(num_images, every_n_epochs)
         self.batch_pictures = batch_pictures
@@ -229,19 +231,22 @@ class BindingEvaluation(SplitEvaluation):
         datamodule = trainer.datamodule
         _, firsts, captions = images_and_references(dataset, limit)
         images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
-        make = swap_maker(datamodule.source, pl_module.tokenizer,
-                          lambda: self.training_swaps(datamodule, pl_module), datamodule.max_length)
+
+        def training_swaps() -> SwapNegatives:
+            tested = [caption for picture in captions for caption in picture]
+            return self.training_swaps(datamodule, pl_module.tokenizer, tested)
+
+        make = swap_maker(datamodule.source, pl_module.tokenizer, training_swaps,
+                          datamodule.max_length)
         return binding_scores(pl_module.net, pl_module.tokenizer, images, captions, make,
-                              getattr(pl_module, "itm_head", None), datamodule.max_length,
+                              pl_module.heads.get("itm_head"), datamodule.max_length,
                               self.batch_pictures)
 
-    def training_swaps(self, datamodule, pl_module) -> SwapNegatives:
-        """The swaps the training captions allow: the module's when it trains with them, else
-        built here once per tokenizer."""
-        if getattr(pl_module, "swaps", None) is not None:
-            return pl_module.swaps
-        tokenizer = pl_module.tokenizer
+    def training_swaps(self, datamodule, tokenizer, tested: list[str]) -> SwapNegatives:
+        """The swaps the training captions allow (``tested``, the captions under test, for a
+        source that streams its training set), built once per tokenizer."""
         if self._swaps is None or self._swaps[0] is not tokenizer:
-            captions = datamodule.dataset("train").captions
-            self._swaps = (tokenizer, SwapNegatives.from_captions(tokenizer, captions))
+            captions = datamodule.train_captions()
+            self._swaps = (tokenizer, SwapNegatives.from_captions(
+                tokenizer, tested if captions is None else captions))
         return self._swaps[1]

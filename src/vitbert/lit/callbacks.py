@@ -1,165 +1,29 @@
-"""Training callbacks.
+"""The training module's callbacks: example predictions at each validation, the image tower held
+still, and what ``scripts/train.py predict`` writes.
 
-:class:`ParameterStatsCallback` catches a *stalled* parameter: one whose weights barely move
-although the task needs them to grow. Adam moves every weight by about ``lr`` per step whatever
-its gradient, so a table that must reach large values (the relative-offset bias) can take
-``value / lr`` steps to get there; the loss alone does not show this, the per-group statistics
-do. :func:`plot_parameter_stats` draws them.
+:class:`PredictionWriter` writes the predictions to a JSON Lines file, one example a line. Each
+line is one record from :meth:`vitbert.lit.module.MaskedLMModule.predict_step`, in the shape
+of ``scripts/predict.py --json`` (:mod:`vitbert.decoding`): the example's index in the split, its
+image id, its masked text, and per masked piece the truth and the top-5 guesses (score, token,
+token_str) with the photo, with another image's photo and from the text alone. JSON Lines because
+a split of 150,000 captions is streamed a batch at a time (nothing accumulates here) and is read
+back a line at a time (``pandas.read_json(path, lines=True)``, ``jq``).
+
+The file appears only when the run finishes: lines go to a temporary file beside it, renamed at the
+end. An interrupted or failed run leaves the previous file (if any) untouched and no partial one.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import lightning as L
-import torch
-from torch import Tensor, nn
+from lightning.pytorch.callbacks import BasePredictionWriter
 
-
-class ParameterStatsCallback(L.Callback):
-    """Log, per parameter group, ``max |w|`` and the update ratio ``‖Δw‖ / ‖w‖`` every step.
-
-    ``Δw`` is the change made by one optimizer step and ``‖w‖`` the norm *after* it, each over
-    all the group's parameters flattened into one vector (after, so that a zero-initialised table
-    gives a finite ratio of 1 on its first step rather than ∞). A healthy group moves ~1e-3 of
-    itself per step; a stalled one shows a tiny ratio while ``max |w|`` stays near its start.
-
-    Groups are either the optimizer's param groups (named by their ``"name"`` key, else
-    ``group0``, ``group1``, …), or, when ``groups`` is given, named sets of parameters: a mapping
-    from a group name to regular expressions matched (``re.search``) against the module's
-    parameter names, e.g. ``{"position_bias": [r"\\.table$"]}``.
-
-    Logged keys: ``{prefix}{group}/max_abs`` and ``{prefix}{group}/update_ratio``. With
-    ``keep_history`` each step's values are also appended to :attr:`history` (a list of dicts with
-    a ``step`` key), which is what :func:`plot_parameter_stats` takes.
-
-    Outside Lightning (a plain loop), call :meth:`before_step` right before ``optimizer.step()``
-    and :meth:`after_step` right after it; it returns the same dict.
-    """
-
-    def __init__(
-        self,
-        groups: Mapping[str, str | Sequence[str]] | None = None,
-        every_n_steps: int = 1,
-        prefix: str = "params/",
-        keep_history: bool = False,
-    ) -> None:
-        super().__init__()
-        self.group_patterns = (
-            {k: [v] if isinstance(v, str) else list(v) for k, v in groups.items()}
-            if groups is not None else None
-        )
-        self.every_n_steps = every_n_steps
-        self.prefix = prefix
-        self.keep_history = keep_history
-        self.history: list[dict[str, float]] = []
-        self._step = 0
-        self._groups: dict[str, list[Tensor]] = {}
-        self._before: dict[str, Tensor] | None = None
-
-    # ---- the measurement, usable from any loop ------------------------------------------------
-
-    def resolve_groups(
-        self, optimizer: torch.optim.Optimizer | None = None, module: nn.Module | None = None
-    ) -> dict[str, list[Tensor]]:
-        """Name → parameters, from the ``groups`` patterns (needs ``module``) or the optimizer."""
-        if self.group_patterns is not None:
-            if module is None:
-                raise ValueError("named groups need the module to match parameter names")
-            named = list(module.named_parameters())
-            return {
-                group: [p for name, p in named if any(re.search(pat, name) for pat in patterns)]
-                for group, patterns in self.group_patterns.items()
-            }
-        if optimizer is None:
-            raise ValueError("without named groups the optimizer's param groups are used")
-        return {
-            str(g.get("name", f"group{i}")): list(g["params"])
-            for i, g in enumerate(optimizer.param_groups)
-        }
-
-    def before_step(
-        self, optimizer: torch.optim.Optimizer | None = None, module: nn.Module | None = None
-    ) -> None:
-        """Snapshot the weights (only on steps that will be measured)."""
-        self._before = None
-        if self._step % self.every_n_steps:
-            return
-        self._groups = {k: v for k, v in self.resolve_groups(optimizer, module).items() if v}
-        self._before = {k: _flat(ps).clone() for k, ps in self._groups.items()}
-
-    def after_step(self) -> dict[str, float]:
-        """Compare with the snapshot; returns ``{key: value}`` (empty on skipped steps)."""
-        step, self._step = self._step, self._step + 1
-        if self._before is None:
-            return {}
-        stats: dict[str, float] = {}
-        for name, params in self._groups.items():
-            w = _flat(params)
-            delta = (w - self._before[name]).norm()
-            stats[f"{self.prefix}{name}/max_abs"] = w.abs().max().item()
-            stats[f"{self.prefix}{name}/update_ratio"] = (delta / w.norm().clamp_min(1e-12)).item()
-        self._before = None
-        if self.keep_history:
-            self.history.append({"step": float(step), **stats})
-        return stats
-
-    # ---- Lightning hooks ----------------------------------------------------------------------
-
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        # Lightning calls this inside ``optimizer.step(closure)`` after the closure has run,
-        # i.e. after backward and before the weights change.
-        self._step = trainer.global_step
-        self.before_step(optimizer, pl_module)
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if self._before is None:  # no optimizer step this batch (accumulation) or not measured
-            return
-        stats = self.after_step()
-        pl_module.log_dict(stats, on_step=True, on_epoch=False)
-
-
-def _flat(params: Iterable[Tensor]) -> Tensor:
-    return torch.cat([p.detach().float().reshape(-1) for p in params])
-
-
-def plot_parameter_stats(
-    histories: Mapping[str, Sequence[Mapping[str, float]]], group: str, path: str | Path,
-    prefix: str = "params/", title: str | None = None,
-) -> Path:
-    """Two panels over steps for one group: ``‖Δw‖/‖w‖`` (log scale) and ``max |w|``.
-
-    ``histories`` maps a run label (e.g. "bias, lr 1e-3") to a callback's :attr:`history`, so
-    a stalled run and a healthy one can be put side by side. Returns the written path.
-    """
-    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
-
-    fig = Figure(figsize=(10, 3.6))
-    ax_ratio, ax_max = fig.subplots(1, 2)
-    for label, history in histories.items():
-        steps = [h["step"] for h in history]
-        ax_ratio.plot(steps, [h[f"{prefix}{group}/update_ratio"] for h in history], label=label,
-                      lw=0.8)
-        ax_max.plot(steps, [h[f"{prefix}{group}/max_abs"] for h in history], label=label)
-    ax_ratio.set_yscale("log")
-    ax_ratio.set(xlabel="optimizer step", ylabel="‖Δw‖ / ‖w‖", title=f"{group}: update ratio")
-    ax_max.set(xlabel="optimizer step", ylabel="max |w|", title=f"{group}: largest weight")
-    ax_max.legend()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+from vitbert.data.files import atomic_open
 
 
 class ExamplePredictions(L.Callback):
@@ -228,3 +92,71 @@ class FrozenImageTower(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
         if self.steps and not self.whole_run:
             pl_module.net.image_tower.requires_grad_(trainer.global_step >= self.steps)
+
+
+def _plain(value: Any) -> Any:
+    """JSON fallback for tensors and numpy values that a predict_step might return."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"cannot write a {type(value).__name__} to JSON")
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Stream predictions to ``output`` (JSON Lines), atomically.
+
+    Args:
+        output: the file to write; its folder is created. By default ``predictions.jsonl`` in the
+            run's folder (``runs/version_N/``), or in the trainer's root folder when
+            there is no logger. With several processes (DDP) each rank writes its own
+            ``<stem>.rank<R><suffix>``, since ranks see disjoint examples.
+    """
+
+    FILENAME = "predictions.jsonl"
+
+    def __init__(self, output: str | Path | None = None) -> None:
+        super().__init__(write_interval="batch")
+        self.output = Path(output) if output is not None else None
+        self._file: IO[str] | None = None
+        self._open: ExitStack | None = None  # holds the atomic_open of the file being written
+        self._count = 0
+
+    def target(self, trainer: L.Trainer) -> Path:
+        output = self.output
+        if output is None:
+            folder = getattr(trainer, "log_dir", None) or trainer.default_root_dir
+            output = Path(folder) / self.FILENAME
+        if trainer.world_size == 1:
+            return output
+        return output.with_name(f"{output.stem}.rank{trainer.global_rank}{output.suffix}")
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._open = ExitStack()
+        self._file = self._open.enter_context(
+            atomic_open(self.target(trainer), "w", encoding="utf-8"))
+        self._count = 0
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx,
+                           dataloader_idx) -> None:
+        assert self._file is not None, "on_predict_start opens the file"
+        examples = prediction if isinstance(prediction, list) else [prediction]
+        for example in examples:
+            self._file.write(json.dumps(example, default=_plain, ensure_ascii=False) + "\n")
+        self._count += len(examples)
+
+    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        assert self._open is not None
+        self._open.close()  # the file is whole at its target now, or absent
+        self._file = self._open = None
+        print(f"Wrote {self._count} predictions to {self.target(trainer)}")
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                     exception: BaseException) -> None:
+        self._discard()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._discard()  # a run that ended without on_predict_end leaves nothing behind
+
+    def _discard(self) -> None:
+        if self._open is not None:  # closing as if failed: the temporary file is removed
+            self._open.__exit__(RuntimeError, RuntimeError("prediction stopped"), None)
+        self._file = self._open = None

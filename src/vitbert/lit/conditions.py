@@ -9,7 +9,8 @@ Every validation, test and prediction reads each caption three times:
 The honest image gain is with-photo minus another-photo: both inputs have image tokens, only the
 photo's content differs. With-photo minus text-only also counts the mere presence of image tokens.
 The metrics (``lit/metrics.py``), the table (``lit/summary.py``), the module and the prediction
-records all iterate over :data:`CONDITIONS` and take names from it.
+records all iterate over :data:`CONDITIONS` and take names from it. The photos are read as the
+image tower's output, once per batch: another image's photo is the same output, permuted.
 """
 
 from __future__ import annotations
@@ -20,9 +21,16 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from vitbert.data.features import IMAGE_INDEX, batch_image, select_captions
+from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX
+from vitbert.lit.objectives import Batch, masked_logits
 
-Batch = dict[str, Tensor]
+
+def select_captions(batch: Batch, keep: Tensor) -> Batch:
+    """The captions ``keep`` (B,) bool of ``batch``: per-caption keys are sliced; the batch's
+    distinct photos stay whole (their ``image_index`` is sliced, so each kept caption keeps its
+    photo)."""
+    photos = (FEATURES_KEY, "images") if IMAGE_INDEX in batch else ()
+    return {key: value if key in photos else value[keep] for key, value in batch.items()}
 
 
 def another_photo(image_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -63,24 +71,24 @@ class Condition:
         key: the name in prediction records and metric containers (``with_image``, ...).
         suffix: appended to a metric's name (``top1`` + ``_mismatch``); empty for the photo itself.
         description: the table's row label.
-        view: batch → (the photos to show or None, which captions are read (B,) bool); the photos
-            are for the read captions only: one per read caption, or, when the batch has an
-            ``image_index``, the batch's P photos in the places that index points at.
+        view: (batch, the tower's output for its photos) → (the tower output to show or None,
+            which captions are read (B,) bool); the photos are for the read captions only: one
+            per read caption, or, when the batch has an ``image_index``, the batch's P photos in
+            the places that index points at.
     """
 
     key: str
     suffix: str
     description: str
-    view: Callable[[Batch], tuple[Tensor | None, Tensor]]
+    view: Callable[[Batch, Tensor], tuple[Tensor | None, Tensor]]
 
 
 def _every_caption(batch: Batch) -> Tensor:
     return torch.ones(len(batch["input_ids"]), dtype=torch.bool, device=batch["input_ids"].device)
 
 
-def _another_photos(batch: Batch) -> tuple[Tensor, Tensor]:
+def _another_photos(batch: Batch, photos: Tensor) -> tuple[Tensor, Tensor]:
     source, has_other = another_photo(batch["image_id"])  # (B,) rows, (B,) bool
-    photos = batch_image(batch)
     if IMAGE_INDEX not in batch:  # one photo per caption: gather the other image's
         return photos[source[has_other]], has_other
     # The P distinct photos, permuted: the place caption b points at (image_index[b]) now holds
@@ -93,24 +101,20 @@ def _another_photos(batch: Batch) -> tuple[Tensor, Tensor]:
 
 
 WITH_PHOTO = Condition("with_image", "", "with the photo",
-                       lambda batch: (batch_image(batch), _every_caption(batch)))
+                       lambda batch, photos: (photos, _every_caption(batch)))
 ANOTHER_PHOTO = Condition("another_image", "_mismatch", "another image's photo", _another_photos)
 TEXT_ONLY = Condition("text_only", "_text", "text only",
-                      lambda batch: (None, _every_caption(batch)))
+                      lambda batch, photos: (None, _every_caption(batch)))
 CONDITIONS = (WITH_PHOTO, ANOTHER_PHOTO, TEXT_ONLY)
 
 
-def read(forward: Callable[[Batch, Tensor | None], Tensor], batch: Batch
-         ) -> dict[Condition, tuple[Tensor | None, Tensor]]:
-    """Each condition's reading of ``batch``: (logits (M_c, V) at the targets of the captions it
-    reads, or None when it reads none; which captions it reads (B,) bool).
-
-    ``forward(batch, images)`` is the model's logits at a batch's targets (``images`` None: text
-    only).
-    """
+def read(net, batch: Batch, photos: Tensor) -> dict[Condition, tuple[Tensor | None, Tensor]]:
+    """Each condition's reading of ``batch``, whose photos the tower turned into ``photos``
+    (P, N, D_img): (logits (M_c, V) at the targets of the captions it reads, or None when it
+    reads none; which captions it reads (B,) bool)."""
     readings = {}
     for condition in CONDITIONS:
-        images, reads = condition.view(batch)
+        shown, reads = condition.view(batch, photos)
         seen = batch if reads.all() else select_captions(batch, reads)
-        readings[condition] = (forward(seen, images) if reads.any() else None, reads)
+        readings[condition] = (masked_logits(net, seen, shown) if reads.any() else None, reads)
     return readings

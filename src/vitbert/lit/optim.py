@@ -3,8 +3,7 @@
 Weight decay pulls weights towards zero; that is right for the matrices of linear layers and
 wrong for LayerNorm gains, biases, embedding tables, position tables and class tokens, whose
 "zero" is not a neutral value. Learning rates differ by part: a pretrained image tower wants a
-gentler rate than freshly initialised layers, and a relative-position bias table, which must grow
-entries of order 1–10 while Adam moves it by about ``lr`` per step, wants a larger one.
+gentler rate than freshly initialised layers.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import torch
 from torch import nn
 from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
-from vitbert.nn import LearnedPosition, RelativePositionBias2D
+from vitbert.nn import LearnedPosition
 
 # Modules whose parameters are never decayed, whatever their shape.
 NO_DECAY_MODULES = (
@@ -23,7 +22,6 @@ NO_DECAY_MODULES = (
     nn.Embedding,
     nn.modules.batchnorm._BatchNorm,
     LearnedPosition,
-    RelativePositionBias2D,
 )
 
 
@@ -40,7 +38,6 @@ class OptimizerConfig:
         warmup_steps: linear warmup from 0; 0 or a fraction < 1 of the total steps is allowed.
         min_lr_ratio: the cosine decays to ``lr * min_lr_ratio`` at the last step.
         image_tower_lr_mult: learning-rate factor for the image tower (e.g. 0.1 when pretrained).
-        relative_bias_lr_mult: learning-rate factor for relative-position bias tables.
     """
 
     lr: float = 2e-3
@@ -50,7 +47,6 @@ class OptimizerConfig:
     warmup_steps: float = 0.05
     min_lr_ratio: float = 0.05
     image_tower_lr_mult: float = 1.0
-    relative_bias_lr_mult: float = 1.0
 
 
 def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module | None = None
@@ -74,15 +70,12 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module
     lr_mult: dict[int, float] = {}
     if image_tower is not None:
         lr_mult |= {id(p): config.image_tower_lr_mult for p in image_tower.parameters()}
-    for module in model.modules():
-        if isinstance(module, RelativePositionBias2D):
-            lr_mult |= {id(p): config.relative_bias_lr_mult for p in module.parameters()}
 
     groups: dict[tuple[bool, float], dict] = {}
     for name, p in model.named_parameters():
         decay = not (id(p) in no_decay or p.ndim < 2 or name.endswith(("bias", "cls_token")))
         mult = lr_mult.get(id(p), 1.0)
-        # A readable name for LearningRateMonitor and ParameterStatsCallback.
+        # A readable name for LearningRateMonitor and the experiments' ParameterStatsCallback.
         label = ("decay" if decay else "no_decay") + (f"_lr_x{mult:g}" if mult != 1 else "")
         group = groups.setdefault(
             (decay, mult),

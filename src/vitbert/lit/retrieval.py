@@ -21,12 +21,13 @@ Chance: a random ranking finds a caption's photo in its top k with probability k
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from vitbert.lit.captioning import images_and_references
-from vitbert.lit.evaluation import SplitEvaluation
+from vitbert.lit.evaluation import SplitEvaluation, images_and_references
+from vitbert.models import Photos
 
 KS = (1, 5, 10)
 DIRECTIONS = ("text_to_image", "image_to_text")
@@ -117,23 +118,30 @@ def matching_scores(net, itm_head, input_ids: Tensor, attention_mask: Tensor, to
         c = captions[start:start + batch_size].to(device)
         shown, index = torch.unique(photos[start:start + batch_size].to(device),
                                     return_inverse=True)
-        hidden, _ = net.encode(input_ids[c], attention_mask[c],
-                               image_features=tower_tokens[shown], image_index=index)
+        hidden, _ = net.encode(input_ids[c], attention_mask[c], Photos(tower_tokens[shown], index))
         out.append(itm_head(hidden[:, 0]).float())  # (b,) from each pair's [CLS]
     return torch.cat(out)
 
 
+class RetrievalSplit(NamedTuple):
+    """Photos and every caption of each, tokenised: what retrieval is measured over."""
+
+    images: Tensor  # (I, 3, S, S) uint8
+    input_ids: Tensor  # (C, T)
+    attention_mask: Tensor  # (C, T) bool
+    caption_image: Tensor  # (C,) the photo of each caption
+
+
 @torch.no_grad()
-def retrieval_scores(net, images: Tensor, input_ids: Tensor, attention_mask: Tensor,
-                     caption_image: Tensor, itm_head=None, rerank_k: int = 16,
+def retrieval_scores(net, split: RetrievalSplit, itm_head=None, rerank_k: int = 16,
                      ks: Sequence[int] = KS, batch_size: int = 256) -> dict[str, float]:
-    """R@k both ways and rsum (:func:`figures`) of photos ``images`` (I, 3, S, S) against
-    captions ``input_ids`` / ``attention_mask`` (C, T), caption c of photo ``caption_image[c]``.
+    """R@k both ways and rsum (:func:`figures`) of the ``split``'s photos against its captions.
 
     All pairs by the contrastive score; with ``itm_head`` and ``rerank_k`` > 0 the top
     ``rerank_k`` re-ranked by the head, and the contrastive figures kept beside them with the
     suffix ``_itc``. Also ``images`` and ``captions``, the counts (chance is k / images).
     """
+    images, input_ids, attention_mask, caption_image = split
     was_training = net.training
     net.eval()
     reranking = itm_head is not None and rerank_k > 0
@@ -162,17 +170,16 @@ def retrieval_scores(net, images: Tensor, input_ids: Tensor, attention_mask: Ten
 
 
 def split_for_retrieval(dataset, tokenizer, max_length: int, limit: int | None = None
-                        ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                        ) -> RetrievalSplit:
     """A caption dataset's photos (a fixed sample of ``limit``; None: all) and every caption of
-    each: (images (I, 3, S, S) uint8, input_ids (C, T), attention_mask (C, T) bool,
-    caption_image (C,))."""
+    each."""
     _, firsts, captions = images_and_references(dataset, limit)
     images = torch.stack([dataset[i]["image"] for i in firsts])  # (I, 3, S, S)
     flat = [caption for photo in captions for caption in photo]
     caption_image = torch.tensor([i for i, photo in enumerate(captions) for _ in photo])
     enc = tokenizer(flat, padding="longest", truncation=True, max_length=max_length,
                     return_tensors="pt", return_token_type_ids=False)
-    return images, enc["input_ids"], enc["attention_mask"].bool(), caption_image
+    return RetrievalSplit(images, enc["input_ids"], enc["attention_mask"].bool(), caption_image)
 
 
 class RetrievalEvaluation(SplitEvaluation):
@@ -191,7 +198,7 @@ class RetrievalEvaluation(SplitEvaluation):
 
     prefix = "retrieval_"
 
-    def __init__(self, num_images: int = 500, rerank_k: int = 16, batch_size: int = 256,
+    def __init__(self, num_images: int = 0, rerank_k: int = 16, batch_size: int = 256,
                  every_n_epochs: int = 1) -> None:
         super().__init__(num_images, every_n_epochs)
         self.rerank_k = rerank_k
@@ -202,5 +209,5 @@ class RetrievalEvaluation(SplitEvaluation):
             return None
         split = split_for_retrieval(dataset, pl_module.tokenizer, trainer.datamodule.max_length,
                                     limit)
-        return retrieval_scores(pl_module.net, *split, getattr(pl_module, "itm_head", None),
+        return retrieval_scores(pl_module.net, split, pl_module.heads.get("itm_head"),
                                 self.rerank_k, batch_size=self.batch_size)

@@ -5,10 +5,12 @@
 * :class:`TextTower`, :class:`MLMHead` (:mod:`.bert`): BERT embeddings, encoder, tied MLM head.
 * :class:`ITMHead`, :class:`WordDetectorHead` (:mod:`.heads`): the heads of the training
   objectives beside MLM (image-text matching; the caption's words from the image alone).
-* :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits; with
-  ``itc_dim`` also :class:`ContrastiveHeads` (:mod:`.contrastive`): photos and captions embedded
-  apart, for retrieval (``embed_images``, ``embed_texts``).
-* :class:`VitBertConfig` (:mod:`.config`): plain-value configuration, and named presets.
+* :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits; the
+  photos reach it as :class:`Photos` (the tower's output, once per photo); with ``itc_dim`` also
+  :class:`ContrastiveHeads` (:mod:`.contrastive`): photos and captions embedded apart, for
+  retrieval (``embed_images``, ``embed_texts``).
+* :class:`VitBertConfig` (:mod:`.config`): plain-value configuration; a
+  :class:`NetworkExtension` plugs in what only one data set uses.
 
 Stored weights (checkpoints, exported folders, pretrained timm weights) are read and written by
 :mod:`vitbert.io`, never here: a model's constructor loads nothing.
@@ -16,27 +18,27 @@ Stored weights (checkpoints, exported folders, pretrained timm weights) are read
 
 from vitbert.models.bert import MLMHead, TextEmbeddings, TextTower
 from vitbert.models.config import (
-    PRESETS,
     ImageTowerConfig,
+    NetworkExtension,
     TextTowerConfig,
     VitBertConfig,
-    preset,
 )
 from vitbert.models.contrastive import ContrastiveHeads
 from vitbert.models.heads import ITMHead, WordDetectorHead
-from vitbert.models.multimodal import Projector, VitBert
+from vitbert.models.multimodal import Photos, Projector, VitBert
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
 from vitbert.models.vit import ViT, build_image_tower
 
 __all__ = [
-    "PRESETS",
     "ContrastiveHeads",
     "ConvStem",
     "HybridEmbed",
     "ITMHead",
     "ImageTowerConfig",
     "MLMHead",
+    "NetworkExtension",
     "PatchEmbed",
+    "Photos",
     "Projector",
     "TextEmbeddings",
     "TextTower",
@@ -46,5 +48,4 @@ __all__ = [
     "VitBertConfig",
     "WordDetectorHead",
     "build_image_tower",
-    "preset",
 ]

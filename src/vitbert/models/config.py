@@ -1,22 +1,25 @@
 """The model's configuration: plain dataclasses of plain values.
 
-They are saved inside checkpoints (``dataclasses.asdict``) and must load back with
+They are saved inside checkpoints (:meth:`VitBertConfig.to_dict`) and must load back with
 ``torch.load(weights_only=True)``, so they hold only numbers, strings, tuples and nested dicts,
-never modules or tensors. LightningCLI reads them from YAML through their type hints.
+never modules or tensors. LightningCLI reads them from YAML through their type hints. Every
+field carries a docstring, which ``train.py fit --help`` prints next to the setting. The
+configurations the project trains are the files in ``configs/`` (their ``model.net``), not
+defaults here: the defaults are the plain model.
 
-:data:`PRESETS` names the configurations the project talks about: ``default`` (the small model
-``configs/default.yaml`` trains on the embedded shapes in CPU-minutes: the dataclass defaults
-with a local attention window) and the Flickr30k models (the reference
-pretrained ViT-B/16 → one image token → 6-block BERT, its R50 hybrid twin, and the
-one-token-per-patch variant). Every field carries a docstring, which
-``train.py fit --help`` prints next to the setting.
+A part that only one data set can use is not a field here: it is a :class:`NetworkExtension`,
+named by class path in ``extension`` (the shapes data's binding levers, :mod:`vitbert.shapes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass
@@ -58,17 +61,6 @@ class ImageTowerConfig(TowerConfig):
     """ResNetV2 stage depths of the ``hybrid`` front end; () = the stem only."""
     stem_hidden_dim: int = 16
     """Channels of the two 3×3 convs of ``conv_stem``."""
-    chroma_dim: int = 0
-    """``conv_stem`` only; 0 = off. The convs and blocks read luminance (the channels' mean), and
-    the last ``chroma_dim`` channels of each output token hold the patch's hue instead (1×1 convs
-    over its pixels, averaged: :class:`vitbert.models.patch_embed.PatchChroma`), so a form's
-    features cannot depend on its hue, and the neighbour lookup reads hue and form apart
-    (docs/binding.md)."""
-    chroma_place: bool = False
-    """With ``chroma_dim``: the last two of its channels hold the patch's column and row, fixed
-    and scaled to [-1, 1], instead of hue. A lookup head that finds an object by its form then
-    reads where the object is with its hue, the step a relation word needs ("left of" compares
-    two objects' places; docs/binding.md). Off by default."""
     attention_radius: int | None = None
     """Each patch attends only to the patches at most this many rows and columns away (a
     (2r+1)² window); null = every patch, as in ViT and in every pretrained ViT's weights. Local
@@ -89,19 +81,6 @@ class ImageTowerConfig(TowerConfig):
         self.std = tuple(self.std)
         if self.pool == "cls" and not self.class_token:
             raise ValueError("pool='cls' needs class_token=True")
-        if self.chroma_dim and self.kind != "conv_stem":
-            place = " and chroma_place: false" if self.chroma_place else ""
-            raise ValueError(f"chroma_dim={self.chroma_dim} needs kind: conv_stem (the "
-                             f"{self.kind} front end reads every channel); set kind: conv_stem "
-                             f"or chroma_dim: 0{place}")
-        if not 0 <= self.chroma_dim < self.dim:
-            raise ValueError(f"chroma_dim={self.chroma_dim}: the hue takes that many of the "
-                             f"tokens' {self.dim} channels; use 0 (off) up to {self.dim - 1}")
-        if self.chroma_place and self.chroma_dim < 3:
-            raise ValueError(f"chroma_place needs chroma_dim of 3 or more (two channels for the "
-                             f"place, the rest for the hue), got {self.chroma_dim}; set "
-                             f"chroma_dim: 32 or chroma_place: false (and the net's "
-                             f"lookup_place: false, which reads the place)")
         if self.attention_radius is not None and self.attention_radius < 0:
             raise ValueError(f"attention_radius={self.attention_radius}: a patch must see itself; "
                              f"use 0 or more, or null for every patch")
@@ -115,6 +94,43 @@ class TextTowerConfig(TowerConfig):
     """Longest caption in word pieces, [CLS] and [SEP] included (rows of the position table)."""
     dropout: float = 0.0
     """Dropout on the embeddings, the attention weights and the block outputs."""
+
+
+class NetworkExtension:
+    """A part plugged into :class:`~vitbert.models.VitBert` from outside the core, the way timm
+    injects a patch-embedding module rather than flagging the block: it may build the image tower
+    (:meth:`image_tower`) and may add a *reader*, a module that reads the photo again for each
+    word after the joint encoder and changes that word's row (:meth:`reader`).
+
+    Its settings are its constructor's plain arguments, kept as attributes of the same names, so
+    a config names one as ``{"class_path": ..., "init_args": {...}}`` (YAML and checkpoints
+    alike) and the network is rebuilt from it. The shapes data's binding levers are one
+    (:class:`vitbert.shapes.BindingLevers`); no config of a photo data set needs one.
+    """
+
+    def image_tower(self, config: ImageTowerConfig) -> nn.Module | None:
+        """The image tower to use instead of the one ``config`` builds; None: that one."""
+        return None
+
+    def reader(self, config: VitBertConfig) -> nn.Module | None:
+        """A module ``reader(words=, hidden=, image=, tower=, index=, visible=, causal=)`` → the
+        word rows (B, T, D) to use instead of ``hidden``; None: no reader (see
+        :meth:`VitBert.encode` for what each argument holds)."""
+        return None
+
+    def settings(self) -> dict[str, Any]:
+        """``{"class_path", "init_args"}``: how a config and a checkpoint name this extension."""
+        return {"class_path": f"{type(self).__module__}.{type(self).__name__}",
+                "init_args": dict(vars(self))}
+
+
+def build_extension(spec: NetworkExtension | dict[str, Any] | None) -> NetworkExtension | None:
+    """An extension from its ``{"class_path", "init_args"}`` (as a checkpoint stores it), or
+    the extension itself."""
+    if spec is None or isinstance(spec, NetworkExtension):
+        return spec
+    module, _, name = spec["class_path"].rpartition(".")
+    return getattr(importlib.import_module(module), name)(**spec.get("init_args", {}))
 
 
 @dataclass
@@ -136,25 +152,11 @@ class VitBertConfig:
     itc_dim: int = 0
     """Width of the contrastive space (ALBEF's ITC, :mod:`vitbert.models.contrastive`): each
     photo and each caption embedded alone, so retrieval scores every pair by a dot product and
-    re-ranks a short list with the matching head. 0 = no contrastive heads (a checkpoint written
-    before they existed reads as 0); trained by ``--model.itc_weight``."""
-    neighbour_lookup_heads: int = 0
-    """Heads of the neighbour lookup (:mod:`vitbert.models.lookup`): each word's two neighbours
-    ask the image tokens, in one step, and what they read joins the word's final hidden state,
-    so a hidden word can read the object its neighbour names (binding, docs/binding.md). 0 = no
-    lookup (a checkpoint written before it existed reads as 0)."""
-    lookup_share_window: int = 0
-    """Each word also hears what the lookup read for the words up to this many pieces away
-    (only those to its left when writing): :class:`vitbert.models.lookup.ReadSharing`. A word
-    whose neighbours name nothing ("left" in "a small red circle is to the left of ...") gets
-    the reading of the words that do. 0 = off (a checkpoint written before it existed reads
-    as 0)."""
-    lookup_place: bool = False
-    """The neighbour lookup's read also says where it looked (each head's mean patch column and
-    row), in channels of its own; needs ``image.chroma_place``. The words that hear a read
-    (``lookup_share_window``) then learn where the object another word names is
-    (:mod:`vitbert.models.lookup`, docs/binding.md). Off: a checkpoint written before it existed
-    reads as off."""
+    re-ranks a short list with the matching head. 0 = no contrastive heads; the contrastive
+    objective (``vitbert.lit.contrastive.Contrastive``) trains them (128 or 256 are usual)."""
+    extension: NetworkExtension | None = None
+    """A part plugged in from outside the core (class_path / init_args, :class:`NetworkExtension`):
+    the shapes data's binding levers (``vitbert.shapes.BindingLevers``); null = none."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.
@@ -162,93 +164,22 @@ class VitBertConfig:
             self.image = ImageTowerConfig(**self.image)
         if isinstance(self.text, dict):
             self.text = TextTowerConfig(**self.text)
-        if self.neighbour_lookup_heads < 0:
-            raise ValueError(f"neighbour_lookup_heads={self.neighbour_lookup_heads}: use 0 (no "
-                             f"lookup) or a number of heads that divides text.dim")
-        if self.lookup_share_window < 0 or (self.lookup_share_window
-                                            and not self.neighbour_lookup_heads):
-            raise ValueError(f"lookup_share_window={self.lookup_share_window} shares what the "
-                             f"neighbour lookup reads: use 0, or a window of 1 or more with "
-                             f"neighbour_lookup_heads (e.g. 4)")
-        if self.lookup_place and not (self.neighbour_lookup_heads and self.image.chroma_place):
-            raise ValueError("lookup_place reads the patch places the tower keeps beside the hue: "
-                             "set neighbour_lookup_heads (e.g. 4) and image.chroma_place: true "
-                             "(with image.chroma_dim, e.g. 32), or lookup_place: false")
+        self.extension = build_extension(self.extension)
         if self.itc_dim < 0:
             raise ValueError(f"itc_dim={self.itc_dim}: the contrastive space needs a width; use "
                              f"0 (no contrastive heads) or more, e.g. 128")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (tuples stay tuples; ``json`` writes them as lists)."""
-        return dataclasses.asdict(self)
+        """Plain nested dict (tuples stay tuples; ``json`` writes them as lists), the extension
+        as its ``{"class_path", "init_args"}``."""
+        plain = dataclasses.asdict(dataclasses.replace(self, extension=None))
+        plain["extension"] = self.extension.settings() if self.extension else None
+        return plain
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VitBertConfig:
-        """Inverse of :meth:`to_dict`; lists where tuples are expected are fine.
-
-        A stored image tower without ``attention_radius`` predates local attention: it attended
-        globally, and loads so. A stored ``pointer`` (the word pointer, a decoding add-on for the
-        shapes data, removed) is dropped (its weights: :func:`vitbert.io.drop_removed_weights`).
-        """
+        """Inverse of :meth:`to_dict`; lists where tuples are expected are fine."""
         d = dict(d)
-        d.pop("pointer", None)
-        image = ImageTowerConfig(**{"attention_radius": None, **d.pop("image", {})})
+        image = ImageTowerConfig(**d.pop("image", {}))
         text = TextTowerConfig(**d.pop("text", {}))
         return cls(image=image, text=text, **d)
-
-
-def _default() -> VitBertConfig:
-    """The embedded default: the dataclass defaults, each patch attending to a 5×5 window, hue
-    and place kept apart from form, and the neighbour lookup, which says where it looked and
-    shares its reads over 6 pieces (binding, docs/binding.md)."""
-    return VitBertConfig(image=ImageTowerConfig(attention_radius=2, chroma_dim=32,
-                                                chroma_place=True),
-                         neighbour_lookup_heads=4, lookup_share_window=6, lookup_place=True)
-
-
-def _flickr30k() -> VitBertConfig:
-    """The reference: pretrained ViT-B/16 at 224² → one pooled image token → 6-block BERT-base."""
-    return VitBertConfig(
-        image=ImageTowerConfig(
-            kind="vit", image_size=224, patch_size=16, dim=768, depth=12, num_heads=12,
-            class_token=True, pool="cls",
-            pretrained="vit_base_patch16_224.augreg2_in21k_ft_in1k",
-        ),
-        text=TextTowerConfig(dim=768, depth=6, num_heads=12, max_len=64, dropout=0.1),
-        vocab_size=8000,
-        image_tokens="pooled",
-        itc_dim=256,  # ALBEF's and BLIP's contrastive width at BERT-base (configs: itc_weight)
-    )
-
-
-def _flickr30k_hybrid() -> VitBertConfig:
-    """The ViT paper's R50+ViT-B/16: a ResNetV2 (3, 4, 9) feature map, its 14×14 cells as tokens."""
-    config = _flickr30k()
-    config.image = dataclasses.replace(
-        config.image, kind="hybrid", patch_size=1, hybrid_layers=(3, 4, 9),
-        pretrained="vit_base_r50_s16_224.orig_in21k",
-    )
-    return config
-
-
-def _flickr30k_patches() -> VitBertConfig:
-    """The reference, but every one of the 196 patch tokens reaches the text (LayerNorm'd)."""
-    config = _flickr30k()
-    config.image_tokens = "patches"
-    config.projector_norm = True
-    return config
-
-
-PRESETS = {
-    "default": _default,
-    "flickr30k": _flickr30k,
-    "flickr30k_hybrid": _flickr30k_hybrid,
-    "flickr30k_patches": _flickr30k_patches,
-}
-
-
-def preset(name: str) -> VitBertConfig:
-    """A fresh copy of a named configuration (see :data:`PRESETS`)."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    return PRESETS[name]()

@@ -1,19 +1,24 @@
 """The joint model: image tower → projector → image tokens, read with the words by one BERT.
 
-    photo ─ ViT ─ pooled (B, D_img) or patches (B, N, D_img) ─ projector ─ (B, N, D) ─┐
-    caption ids (B, T) ─ word + position embeddings ─────────────── (B, T, D) ────────┴─ concat
+    photo ─ ViT ─ pooled (P, 1, D_img) or patches (P, N, D_img) ─ projector ─ (P, N, D) ─┐
+    caption ids (B, T) ─ word + position embeddings ──────────────── (B, T, D) ─────────┴─ concat
         → [image tokens; words] (B, N + T, D) → text encoder → word rows → MLM head → logits
 
 The image is optional: without it the encoder reads the words alone. Image tokens carry no text
-position, so "no image" and "image present but every image token blocked by ``image_mask``" give
-the same word outputs. Logits are computed only where they are needed: with ``target_mask`` the
-M masked rows are gathered *before* the V-wide vocabulary projection. With ``config.itc_dim``
-the network also embeds photos and captions apart (:meth:`VitBert.embed_images`,
-:meth:`VitBert.embed_texts`; :mod:`vitbert.models.contrastive`), for retrieval.
+position, so "no image" and "image present but every image token blocked" give the same word
+outputs. The photos reach the model as :class:`Photos`, the image tower's output for the P
+distinct photos of a batch and which one each caption sees (:meth:`VitBert.photos` runs the
+tower; a frozen tower's cached output is wrapped as it is). Logits are computed only where they
+are needed: with ``target_mask`` the M masked rows are gathered *before* the V-wide vocabulary
+projection. With ``config.itc_dim`` the network also embeds photos and captions apart
+(:meth:`VitBert.embed_images`, :meth:`VitBert.embed_texts`; :mod:`vitbert.models.contrastive`),
+for retrieval. With ``config.extension`` a part from outside the core builds the tower or reads
+the photo again after the encoder (:class:`~vitbert.models.config.NetworkExtension`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -23,13 +28,30 @@ from torch import Tensor, nn
 from vitbert.models.bert import MLMHead, TextTower
 from vitbert.models.config import VitBertConfig
 from vitbert.models.contrastive import ContrastiveHeads
-from vitbert.models.lookup import NeighbourLookup, ReadSharing
 from vitbert.models.vit import build_image_tower, init_transformer_weights
 from vitbert.nn import AttentionContext, key_padding_mask, seq2seq_mask
 
 # Bidirectional: every token sees every token (MLM). Seq2seq: a word sees the image and the words
 # to its left (generation, Unified VLP); image tokens never see words in either.
 AttentionMode = Literal["bidirectional", "seq2seq"]
+
+
+@dataclass(frozen=True)
+class Photos:
+    """What a batch of captions sees: the image tower's output for P photos, and which one each
+    caption sees.
+
+    Flickr30k has five captions per photo: the tower runs once per photo and its tokens are
+    gathered per caption, so logits, loss and gradients are those of passing every caption its
+    own copy of the photo (the gather's backward sums the captions' gradients into their photo).
+    """
+
+    tokens: Tensor
+    """(P, N, D_img): the tower's output (computed, or a frozen tower's cache in fp16)."""
+    index: Tensor | None = None
+    """(B,) long: caption b sees ``tokens[index[b]]``; None: P = B, caption b sees photo b."""
+    visible: Tensor | None = None
+    """(B, N) bool: the image tokens each caption may attend to; None: every one."""
 
 
 def _retie(module: VitBert, _incompatible_keys) -> None:
@@ -63,8 +85,9 @@ class VitBert(nn.Module):
     def __init__(self, config: VitBertConfig) -> None:
         super().__init__()
         self.config = config
-        text = config.text
-        self.image_tower = build_image_tower(config.image)
+        text, extension = config.text, config.extension
+        self.image_tower = ((extension and extension.image_tower(config.image))
+                            or build_image_tower(config.image))
         self.projector = Projector(config.image.dim, text.dim, config.projector_norm,
                                    text.norm_eps)
         self.text = TextTower(text, config.vocab_size)
@@ -73,14 +96,7 @@ class VitBert(nn.Module):
         # do: retrieval uses it, so export, load_model and init_from carry it like any weight.
         self.itc = (ContrastiveHeads(config.image.dim, text.dim, config.itc_dim)
                     if config.itc_dim else None)
-        # Each word's neighbours read the photo in one step (binding; off when 0 heads).
-        # With a tower that keeps hue apart (image.chroma_dim) it reads the tower's tokens.
-        self.lookup = (NeighbourLookup(text.dim, config.neighbour_lookup_heads, config.image.dim,
-                                       config.image.chroma_dim, config.lookup_place)
-                       if config.neighbour_lookup_heads else None)
-        # What the words near a word read, heard by it too (relations; off when 0).
-        self.read_sharing = (ReadSharing(text.dim, config.lookup_share_window)
-                             if config.lookup_share_window else None)
+        self.reader = extension.reader(config) if extension else None
         for module in (self.projector, self.text, self.mlm_head):
             init_transformer_weights(module)
         self.tie_weights()
@@ -96,36 +112,26 @@ class VitBert(nn.Module):
         return 1 if self.config.image_tokens == "pooled" else self.image_tower.num_patches
 
     def tower_tokens(self, images: Tensor) -> Tensor:
-        """Pixels (B, 3, S, S) → the tower's output tokens before the projector (B, N, D_img):
-        the pooled one or every patch. A frozen tower's are cached (`vitbert.data.features`)."""
+        """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S) → the tower's output tokens before
+        the projector (B, N, D_img): the pooled one or every patch. A frozen tower's are cached
+        (`vitbert.data.features`)."""
         pooled, patches = self.image_tower(self.image_tower.normalize(images))
         return pooled[:, None] if self.config.image_tokens == "pooled" else patches
 
-    def encode_image(self, images: Tensor | None = None,
-                     image_features: Tensor | None = None) -> Tensor:
-        """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S), or the tower's cached output
-        ``image_features`` (B, N, D_img) → projected image tokens (B, N, D)."""
-        return self.projector(self.tower_output(images, image_features))  # (B, N, D)
+    def photos(self, images: Tensor, index: Tensor | None = None,
+               visible: Tensor | None = None) -> Photos:
+        """Pixels (P, 3, S, S) through the image tower once: the :class:`Photos` to read with
+        the captions (``index``, ``visible``: see there)."""
+        return Photos(self.tower_tokens(images), index, visible)
 
-    def tower_output(self, images: Tensor | None = None,
-                     image_features: Tensor | None = None) -> Tensor:
-        """:meth:`tower_tokens` of ``images``, or the cached ``image_features`` (B, N, D_img)
-        as they are, read in the model's dtype."""
-        if (images is None) == (image_features is None):
-            raise ValueError("pass exactly one of images= and image_features=")
-        if image_features is None:
-            return self.tower_tokens(images)
-        # Stored in fp16: read in the projector's dtype, as normalize() reads uint8 pixels.
-        return image_features.to(self.projector.proj.weight.dtype)
-
-    def lookup_source(self, tower: Tensor, image: Tensor, image_index: Tensor | None = None
-                      ) -> Tensor:
-        """What the neighbour lookup reads: the tower's tokens (B, N, D_img) when the tower keeps
-        hue apart (``image.chroma_dim``; ``tower`` holds the P distinct photos, gathered here by
-        ``image_index``), else the image tokens as the words see them (B, N, D)."""
-        if not self.config.image.chroma_dim:
-            return image
-        return tower if image_index is None else tower[image_index]
+    def image_tokens(self, photos: Photos) -> Tensor:
+        """The image tokens each caption reads (B, N, D): the tower's output projected to the
+        text width, gathered per caption, marked as image tokens (and dropped out per caption)."""
+        tower = photos.tokens.to(self.projector.proj.weight.dtype)  # cached in fp16: read as ours
+        image = self.projector(tower)  # (P, N, D)
+        if photos.index is not None:
+            image = image[photos.index]  # (B, N, D): each caption's photo
+        return self.text.embeddings.image(image)  # dropout per caption, as without index
 
     @property
     def has_itc(self) -> bool:
@@ -135,7 +141,7 @@ class VitBert(nn.Module):
     def _require_itc(self) -> ContrastiveHeads:
         if self.itc is None:
             raise ValueError("this model has no contrastive heads (its net.itc_dim is 0): train "
-                             "one with --model.net.itc_dim 128 --model.itc_weight 1.0")
+                             "one with --model.net.itc_dim 128 and the contrastive objective")
         return self.itc
 
     def embed_images(self, images: Tensor) -> Tensor:
@@ -156,96 +162,57 @@ class VitBert(nn.Module):
         hidden, _ = self.encode(input_ids, attention_mask)  # (B, T, D), words alone
         return itc.embed_text_cls(hidden[:, 0])  # (B, E)
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        images: Tensor | None = None,
-        image_mask: Tensor | None = None,
-        target_mask: Tensor | None = None,
-        return_attention: bool = False,
-        image_features: Tensor | None = None,
-        attention_mode: AttentionMode = "bidirectional",
-        image_index: Tensor | None = None,
-        encoder_grad: bool = True,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """MLM logits: (M, V) at ``target_mask`` positions, else (B, T, V) at every word.
-
-        input_ids (B, T); attention_mask (B, T) True = real token; images (B, 3, S, S) or None;
-        image_mask (B, N) True = visible; target_mask (B, T) True = predict here. With
-        ``return_attention`` also the per-layer (B, H, L, L) weights; the first N of L are the
-        image tokens when an image is given. ``image_features`` (B, N, D_img), the image tower's
-        cached output, replaces ``images`` when the tower is frozen. ``attention_mode="seq2seq"``
-        lets each word see only the image and the words to its left (generation); image tokens
-        never see words in it.
-
-        ``image_index`` (B,) long: caption b sees photo ``image_index[b]``; ``images`` (or
-        ``image_features``) then hold the batch's P distinct photos (P, ...), not one per caption.
-        Flickr30k has five captions per photo: the tower runs once per photo and its tokens are
-        gathered per caption, so logits, loss and gradients are those of passing every caption
-        its own copy of the photo (the gather's backward sums the captions' gradients into their
-        photo). Only stochastic layers differ, and only in the draw: in training, the image
-        tower's drop_path draws once per photo rather than once per caption.
-
-        ``encoder_grad=False`` runs the joint encoder without gradient: a loss on these logits
-        then trains the neighbour lookup, the tower and the head, not the encoder (the twin
-        contrast, :mod:`vitbert.lit.twins`).
-        """
-        hidden, attention = self.encode(input_ids, attention_mask, images, image_mask,
-                                        return_attention, image_features, attention_mode,
-                                        image_index, encoder_grad)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, photos: Photos | None = None,
+                target_mask: Tensor | None = None, mode: AttentionMode = "bidirectional",
+                return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """MLM logits: (M, V) at ``target_mask`` positions (B, T) True = predict here, else
+        (B, T, V) at every word; with ``return_attention`` also the per-layer (B, H, L, L)
+        weights, whose first N of L are the image tokens when ``photos`` are given. Arguments
+        as :meth:`encode`'s."""
+        hidden, attention = self.encode(input_ids, attention_mask, photos, mode, return_attention)
         if target_mask is not None:
             hidden = hidden[target_mask.bool()]  # (M, D)
         logits = self.mlm_head(hidden)  # (M, V) or (B, T, V)
         return (logits, attention) if return_attention else logits
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor, images: Tensor | None = None,
-               image_mask: Tensor | None = None, return_attention: bool = False,
-               image_features: Tensor | None = None,
-               attention_mode: AttentionMode = "bidirectional", image_index: Tensor | None = None,
-               encoder_grad: bool = True) -> tuple[Tensor, list[Tensor] | None]:
+    def encode(self, input_ids: Tensor, attention_mask: Tensor, photos: Photos | None = None,
+               mode: AttentionMode = "bidirectional", return_attention: bool = False
+               ) -> tuple[Tensor, list[Tensor] | None]:
         """The encoder's word rows (B, T, D), before any head, and the attention weights when
-        asked (else None); arguments as :meth:`forward`'s. Row 0 is the caption's [CLS], which
-        has read every word and image token: the image-text matching head's input
-        (:mod:`vitbert.lit.objectives`). With ``config.neighbour_lookup_heads`` each word's row
-        also holds what its neighbours read from the image (:mod:`vitbert.models.lookup`), and with
-        ``config.lookup_share_window`` what the words near it read."""
+        asked (else None).
+
+        input_ids (B, T); attention_mask (B, T) True = real token; ``photos`` the photos the
+        captions see, or None for the words alone. ``mode="seq2seq"`` lets each word see only
+        the image and the words to its left (generation); image tokens never see words in it.
+        Row 0 is the caption's [CLS], which has read every word and image token: the
+        image-text matching head's input (:mod:`vitbert.lit.contrastive`).
+
+        With a reader (``config.extension``), each word's row is then what the reader makes of
+        it from ``words`` (the input embeddings, B, T, D), ``hidden`` (the encoder's rows),
+        ``image`` (the image tokens as the words saw them, B, N, D), ``tower`` (the tower's
+        output, P, N, D_img) with ``index``, ``visible`` (B, N) and ``causal`` (seq2seq).
+        """
         words = embedded = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
-        if image_index is not None and images is None and image_features is None:
-            raise ValueError("image_index says which photo each caption sees: pass the photos "
-                             "too (images= or image_features=)")
         N = 0
-        if images is not None or image_features is not None:
-            tower = self.tower_output(images, image_features)  # (P, N, D_img), P = B w/o index
-            image = self.projector(tower)  # (P, N, D)
-            if image_index is not None:
-                image = image[image_index]  # (B, N, D): each caption's photo
-            image = self.text.embeddings.image(image)  # dropout per caption, as without index
+        if photos is not None:
+            image = self.image_tokens(photos)  # (B, N, D)
             N = image.shape[1]
-            if image_mask is None:
-                image_mask = keep.new_ones(keep.shape[0], N)
+            visible = photos.visible
+            if visible is None:
+                visible = keep.new_ones(keep.shape[0], N)
             words = torch.cat((image, words), dim=1)  # (B, L, D), L = N + T
-            keep = torch.cat((image_mask.bool(), keep), dim=1)  # (B, L)
-        seq2seq = attention_mode == "seq2seq"
+            keep = torch.cat((visible.bool(), keep), dim=1)  # (B, L)
+        seq2seq = mode == "seq2seq"
         mask = seq2seq_mask(N, keep) if seq2seq else key_padding_mask(keep)  # (B, 1, L|1, L)
-        with torch.set_grad_enabled(encoder_grad and torch.is_grad_enabled()):
-            out = self.text.encoder(words, AttentionContext(mask), return_attention)
+        out = self.text.encoder(words, AttentionContext(mask), return_attention)
         hidden, attention = out if return_attention else (out, None)
         hidden = hidden[:, N:]  # (B, T, D): word rows only
-        if self.lookup is not None and N:
-            source = self.lookup_source(tower, image, image_index)  # (B, N, ·)
-            reads = self.lookup(embedded, source, image_mask, right_context=not seq2seq,
-                                hidden=hidden)  # (B, T, D)
-            hidden = hidden + self.shared_reads(reads, causal=seq2seq)
+        if self.reader is not None and N:
+            tower = photos.tokens.to(self.projector.proj.weight.dtype)  # (P, N, D_img)
+            hidden = self.reader(words=embedded, hidden=hidden, image=image, tower=tower,
+                                 index=photos.index, visible=visible, causal=seq2seq)
         return hidden, attention
-
-    def shared_reads(self, reads: Tensor, causal: bool) -> Tensor:
-        """The lookup's reads (B, T, D), each word's with what its near words read added when
-        the model shares them (``config.lookup_share_window``)."""
-        if self.read_sharing is None:
-            return reads
-        return reads + self.read_sharing(reads, causal=causal)
 
     def save_pretrained(self, folder: str | Path) -> None:
         """``model.safetensors`` + ``config.json``, the tied matrix once (:mod:`vitbert.io`)."""

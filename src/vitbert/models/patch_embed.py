@@ -7,7 +7,6 @@ as its ``patch_embed``: the hybrid ViT is the same ViT with a different module i
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 
@@ -47,21 +46,18 @@ class ConvStem(nn.Module):
     """Two 3×3 convs, then a P×P patch conv: a little local feature extraction before the tokens.
 
     For small images (the 40×40 experiments, the 32×32 embedded default), where a bare linear
-    patch projection has too little to work with. With ``luminance`` the convs read the mean of
-    the channels, so every feature they build is blind to hue (:class:`PatchChroma` carries the
-    hue past the tower's blocks).
+    patch projection has too little to work with.
     """
 
     def __init__(
         self, img_size: int | tuple[int, int] = 40, patch_size: int = 4, in_chans: int = 3,
-        embed_dim: int = 64, hidden_dim: int = 32, luminance: bool = False,
+        embed_dim: int = 64, hidden_dim: int = 32,
     ) -> None:
         super().__init__()
         self.patch_size = patch_size
         self.grid_size = _grid(img_size, patch_size)
-        self.luminance = luminance
         self.stem = nn.Sequential(
-            nn.Conv2d(1 if luminance else in_chans, hidden_dim, 3, padding=1, bias=False),
+            nn.Conv2d(in_chans, hidden_dim, 3, padding=1, bias=False),
             nn.BatchNorm2d(hidden_dim),
             nn.ReLU(inplace=True),
             nn.Conv2d(hidden_dim, hidden_dim, 3, padding=1, bias=False),
@@ -71,55 +67,8 @@ class ConvStem(nn.Module):
         self.proj = nn.Conv2d(hidden_dim, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.luminance:
-            x = x.mean(dim=1, keepdim=True)  # (B, 1, H, W)
         x = self.proj(self.stem(x))  # (B, D, rows, cols)
         return x.flatten(2).transpose(1, 2)  # (B, N, D)
-
-
-class PatchChroma(nn.Module):
-    """Each patch's hue, blind to where in the patch a pixel is: (B, C, H, W) → (B, N, dim).
-
-    A per-pixel MLP (1×1 convs), averaged over the patch, then projected. No filter here spans
-    two pixels, so nothing it computes can code a form. The ViT puts it in the last ``dim``
-    channels of its patch tokens after its blocks (``ImageTowerConfig.chroma_dim``), so inside
-    the tower hue never meets form, and a reader can take either without the other
-    (:mod:`vitbert.models.lookup`).
-
-    ``place``: the last two of the ``dim`` channels are the patch's column and row, scaled to
-    [-1, 1] across the grid of the input at hand, so a reader that takes the hue takes where it
-    is too (``ImageTowerConfig.chroma_place``).
-    """
-
-    HIDDEN = 32  # channels of the per-pixel MLP
-    PLACE_DIM = 2  # column, row
-
-    def __init__(self, patch_size: int, in_chans: int = 3, dim: int = 32,
-                 hidden_dim: int = HIDDEN, place: bool = False) -> None:
-        super().__init__()
-        self.dim, self.place = dim, place
-        self.pixel = nn.Sequential(
-            nn.Conv2d(in_chans, hidden_dim, 1), nn.ReLU(inplace=True),
-            nn.Conv2d(hidden_dim, hidden_dim, 1), nn.ReLU(inplace=True),
-        )
-        self.pool = nn.AvgPool2d(patch_size)
-        self.proj = nn.Conv2d(hidden_dim, dim - self.PLACE_DIM * place, 1)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.proj(self.pool(self.pixel(x)))  # (B, dim or dim - 2, rows, cols)
-        if self.place:
-            x = torch.cat((x, patch_places(x)), dim=1)  # (B, dim, rows, cols)
-        return x.flatten(2).transpose(1, 2)  # (B, N, dim)
-
-
-def patch_places(grid: Tensor) -> Tensor:
-    """(B, C, rows, cols) → (B, 2, rows, cols): each cell's column and row, -1 at the left and
-    top edge, 1 at the right and bottom (0 for a grid one cell wide)."""
-    B, _, rows, cols = grid.shape
-    row, col = (torch.linspace(-1, 1, n, device=grid.device, dtype=grid.dtype) if n > 1
-                else grid.new_zeros(1) for n in (rows, cols))
-    places = torch.stack(torch.meshgrid(col, row, indexing="xy"))  # (2, rows, cols)
-    return places.expand(B, -1, -1, -1)
 
 
 class HybridEmbed(nn.Module):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from vitbert.models.config import ImageTowerConfig
-from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchChroma, PatchEmbed
+from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
 from vitbert.nn import AttentionContext, BlockConfig, Encoder, LearnedPosition, local_mask
 from vitbert.nn.attention import NO_CONTEXT
 
@@ -55,7 +55,6 @@ class ViT(nn.Module):
         mean: tuple[float, ...] = (0.5, 0.5, 0.5),
         std: tuple[float, ...] = (0.5, 0.5, 0.5),
         attention_radius: int | None = None,
-        chroma: PatchChroma | None = None,
     ) -> None:
         super().__init__()
         if pool == "cls" and not class_token:
@@ -74,8 +73,6 @@ class ViT(nn.Module):
         self.register_buffer("pixel_mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
         self.register_buffer("pixel_std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
         init_transformer_weights(self.encoder)
-        # The hue of each patch, in the tokens' last chroma.dim channels after the blocks.
-        self.chroma = chroma
         if self.cls_token is not None:
             nn.init.normal_(self.cls_token, std=1e-6)
 
@@ -112,6 +109,14 @@ class ViT(nn.Module):
                                            self.pos_embed.weight.device))
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        x = self.features(images)  # (B, prefix + N, D)
+        tokens = x[:, self.num_prefix_tokens:]  # (B, N, D)
+        pooled = x[:, 0] if self.pool == "cls" else tokens.mean(dim=1)  # (B, D)
+        return pooled, tokens
+
+    def features(self, images: Tensor) -> Tensor:
+        """Normalised images (B, 3, H, W) → every token after the final LayerNorm
+        (B, prefix + N, D): the class token (if any), then the patches in row-major order."""
         B, _, H, W = images.shape
         if H % self.stride or W % self.stride:
             raise ValueError(f"{H}×{W} pixels do not tile into {self.stride}-pixel tokens; "
@@ -121,13 +126,7 @@ class ViT(nn.Module):
         if self.cls_token is not None:
             x = torch.cat((self.cls_token.expand(B, -1, -1), x), dim=1)  # (B, 1 + N, D)
         x = x + self.positions(grid)
-        x = self.encoder(x, self.context(grid))  # (B, prefix + N, D)
-        tokens = x[:, self.num_prefix_tokens:]  # (B, N, D)
-        if self.chroma is not None:  # the blocks' form code, then the patch's hue
-            form = tokens[..., :self.dim - self.chroma.dim]  # (B, N, D - C)
-            tokens = torch.cat((form, self.chroma(images)), dim=-1)  # (B, N, D)
-        pooled = x[:, 0] if self.pool == "cls" else tokens.mean(dim=1)  # (B, D)
-        return pooled, tokens
+        return self.encoder(x, self.context(grid))  # (B, prefix + N, D)
 
 
 def build_patch_embed(cfg: ImageTowerConfig) -> nn.Module:
@@ -139,7 +138,7 @@ def build_patch_embed(cfg: ImageTowerConfig) -> nn.Module:
                            cfg.hybrid_layers)
     if cfg.kind == "conv_stem":
         return ConvStem(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim,
-                        cfg.stem_hidden_dim, luminance=cfg.chroma_dim > 0)
+                        cfg.stem_hidden_dim)
     raise ValueError(f"unknown image tower kind {cfg.kind!r}; choose vit, hybrid or conv_stem")
 
 
@@ -153,6 +152,4 @@ def build_image_tower(cfg: ImageTowerConfig) -> ViT:
         build_patch_embed(cfg), cfg.dim, cfg.depth, cfg.num_heads, cfg.mlp_ratio,
         cfg.class_token, cfg.pool, cfg.drop_path, cfg.norm_eps, cfg.mean, cfg.std,
         cfg.attention_radius,
-        (PatchChroma(cfg.patch_size, cfg.in_chans, cfg.chroma_dim, place=cfg.chroma_place)
-         if cfg.chroma_dim else None),
     )

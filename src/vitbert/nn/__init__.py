@@ -31,14 +31,7 @@ from vitbert.nn.attention import (
 )
 from vitbert.nn.encoder import Block, BlockConfig, Encoder
 from vitbert.nn.mlp import MLP, SwiGLU, build_mlp
-from vitbert.nn.position import (
-    LearnedPosition,
-    RelativePositionBias2D,
-    Rotary1D,
-    Rotary2D,
-    SinusoidalPosition,
-    sinusoidal_table,
-)
+from vitbert.nn.position import LearnedPosition, grid_coordinates
 
 __all__ = [
     "MLP",
@@ -50,15 +43,11 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "LearnedPosition",
-    "RelativePositionBias2D",
-    "Rotary1D",
-    "Rotary2D",
-    "SinusoidalPosition",
     "SwiGLU",
     "build_mlp",
     "combine_masks",
+    "grid_coordinates",
     "key_padding_mask",
     "local_mask",
     "seq2seq_mask",
-    "sinusoidal_table",
 ]

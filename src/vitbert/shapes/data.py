@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from . import cache
-from .lock import one_builder
+from vitbert.data import cache
+from vitbert.data.lock import one_builder
 
 COLOURS = {
     "red": (220, 40, 40), "green": (40, 180, 60), "blue": (50, 90, 230),

@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from vitbert.nn import Attention, AttentionContext, position
+from vitbert.experiments import position
+from vitbert.nn import Attention, AttentionContext, LearnedPosition
 
 
 def test_sinusoidal_table_matches_formula():
@@ -19,7 +20,7 @@ def test_sinusoidal_table_matches_formula():
 
 
 def test_learned_position_adds_per_position_vectors():
-    pos = position.LearnedPosition(10, 8)
+    pos = LearnedPosition(10, 8)
     x = torch.zeros(2, 4, 8)
     torch.testing.assert_close(pos(x), pos.weight[:, :4].expand(2, -1, -1))
 

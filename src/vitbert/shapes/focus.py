@@ -16,9 +16,9 @@ collator's function words are never drawn). On the shapes data the relation word
 half of the focused targets.
 
 The focused copies are trained *beside* the batch's random masks, not instead of them
-(``MaskedLMModule(focus_weight=...)``, :func:`vitbert.lit.objectives.training_loss`): the random
-fill is what the caption writer shares with the filler, and a run that focused its captions
-instead wrote worse captions (reranked 55-68% against 85-91%; docs/binding.md).
+(:class:`FocusedMaskedLM`, the masked-language objective with the copies added): the random fill
+is what the caption writer shares with the filler, and a run that focused its captions instead
+wrote worse captions (docs/binding.md).
 
 :class:`PieceDifficulty` keeps the running losses (a buffer, so a checkpoint holds it and a
 resumed run draws what the uninterrupted one would have).
@@ -32,11 +32,89 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.data.features import select_captions
 from vitbert.data.masking import IGNORE_INDEX
-from vitbert.lit.objectives import original_caption
+from vitbert.lit.conditions import select_captions
+from vitbert.lit.objectives import (
+    Batch,
+    MaskedLM,
+    TrainingStep,
+    masked_lm_losses,
+    original_caption,
+)
+from vitbert.models import VitBert
+from vitbert.shapes.twins import TWIN_KEYS
 
-Batch = dict[str, Tensor]
+
+class FocusedMaskedLM(MaskedLM):
+    """Masked-language modelling with focused copies beside the random masks (module doc).
+
+    Every masked-language batch's losses update the running difficulty of its target pieces;
+    from ``start`` (a fraction of the run's steps) on, the first ``fraction`` of the batch's
+    captions are trained a second time, focused, and the loss is the random targets' mean
+    (logged ``train/loss``, as :class:`MaskedLM`'s) plus ``focus_weight`` times the focused ones'
+    (logged ``train/focus_loss``). Until then the read
+    sharing of the neighbour lookup (``vitbert.shapes.BindingLevers.share_window``), which carries
+    what the focused relation words need, is held at its start (zero): the recipe measured in
+    docs/binding.md.
+
+    Args:
+        focus_weight: weight of the focused loss beside the random targets' (whose weight is
+            this objective's ``weight``).
+        start: the fraction of the run's optimiser steps after which captions are focused (the
+            running losses are measured from the first step): random masking first teaches the
+            words that the focused ones are read beside.
+        fraction: the share of each batch's captions that get a focused copy (the first ones;
+            the loader shuffles): the copy is a second encoder pass, and half the captions cost
+            half of it.
+    """
+
+    def __init__(self, focus_weight: float = 2.0, start: float = 0.3, fraction: float = 1.0,
+                 weight: float = 1.0) -> None:
+        super().__init__(weight)
+        if focus_weight < 0:
+            raise ValueError(f"focus_weight={focus_weight} weighs a loss: use 0 (off) or more")
+        if not 0.0 <= start < 1.0:
+            raise ValueError(f"start={start} is a fraction of the run's steps: use 0 (from the "
+                             f"first) up to below 1")
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"fraction={fraction} is the share of a batch's captions that get a "
+                             f"focused copy: use a value in (0, 1], e.g. 0.5")
+        self.focus_weight, self.start, self.fraction = focus_weight, start, fraction
+
+    def build(self, net: VitBert) -> dict[str, nn.Module]:
+        self.difficulty = PieceDifficulty(net.config.vocab_size)
+        return {"difficulty": self.difficulty}
+
+    def focusing(self, step: int, total_steps: int) -> bool:
+        """Whether optimiser step ``step`` of ``total_steps`` focuses captions."""
+        return bool(self.focus_weight) and step >= self.start * total_steps
+
+    def __call__(self, net: VitBert, step: TrainingStep) -> Tensor | None:
+        if step.claimed_by is not None:
+            return None
+        losses, pieces = masked_lm_losses(net, step.batch, step.tower)  # (M,) each
+        loss = step.logged["train/loss"] = losses.mean()  # logged as the plain objective's
+        if self.focusing(step.step, step.total_steps):
+            batch = {k: v for k, v in step.batch.items() if k not in TWIN_KEYS}
+            focused = self.difficulty.focus(batch, step.mask_token_id, fraction=self.fraction)
+            focused_losses, focused_pieces = masked_lm_losses(net, focused, step.tower)  # (F,)
+            if len(focused_losses):  # a batch with no content piece has nothing to focus
+                step.logged["train/focus_loss"] = focused_losses.mean()
+                loss = loss + self.focus_weight * step.logged["train/focus_loss"]
+            losses = torch.cat((losses, focused_losses))
+            pieces = torch.cat((pieces, focused_pieces))
+        self.difficulty.update(pieces, losses.detach())
+        return loss
+
+    def before_optimizer_step(self, net: VitBert, step: int, total_steps: int) -> None:
+        # The read sharing waits for the focus: a zero gradient keeps its zero weights where they
+        # are under AdamW (no step, no decay), and unlike requires_grad it leaves DDP's buckets
+        # as they were built.
+        sharing = getattr(net.reader, "sharing", None)
+        if sharing is not None and not self.focusing(step, total_steps):
+            for param in sharing.parameters():
+                if param.grad is not None:
+                    param.grad.zero_()
 
 
 class PieceDifficulty(nn.Module):
@@ -76,7 +154,7 @@ class PieceDifficulty(nn.Module):
         (B', T), the other keys unchanged. ``fraction`` < 1 copies only the first ⌈fraction·B⌉
         captions (B' of them; the loader shuffles, so they are a random sample): the copy is a
         second pass through the encoder, and a part of the batch costs that part of the pass
-        (``MaskedLMModule(focus_fraction=...)`` checks it is in (0, 1] when the run is built).
+        (:class:`FocusedMaskedLM` checks it is in (0, 1] when the run is built).
         """
         count = math.ceil(fraction * len(batch["input_ids"]))
         if count < len(batch["input_ids"]):

@@ -1,12 +1,12 @@
 """Which objects the written captions get right on the embedded shapes, and how the rest fail.
 
-``colour_shape`` (:mod:`vitbert.data.shapes_captions`) counts the captions that name both objects'
+``colour_shape`` (:mod:`vitbert.shapes.captions`) counts the captions that name both objects'
 colours and shapes right; this says which objects fail and how. Every val and test picture of the
-shapes data holds a colour–shape pair training never showed (:func:`vitbert.data.shapes.
+shapes data holds a colour–shape pair training never showed (:func:`vitbert.shapes.data.
 held_out_pairs`, a compositional split in the manner of CLEVR CoGenT), so objects are counted
 apart: a *seen* pair or a *new* one. A new pair named right means the model read its colour and
 its shape separately and put them together; a seen pair named right may be a pair remembered.
-A miss is told apart by :func:`~vitbert.data.shapes_captions.object_verdicts`: the colour given
+A miss is told apart by :func:`~vitbert.shapes.captions.object_verdicts`: the colour given
 the other object's shape (binding), a shape the picture does not hold, or no shape at all.
 
 The control is the caption written from no image, as in the training table.
@@ -28,16 +28,16 @@ import torch
 
 from vitbert.analysis import checkpoint_source
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
-from vitbert.data.shapes import COLOURS, SHAPES, held_out_pairs
-from vitbert.data.shapes_captions import (
+from vitbert.io import CheckpointError, load_model
+from vitbert.lit.evaluation import images_and_references, write_captions
+from vitbert.shapes.captions import (
     COLOUR_SHAPE,
     VERDICTS,
     colour_shape_shares,
     object_verdicts,
 )
-from vitbert.data.sources import ShapesSource
-from vitbert.io import CheckpointError, load_model
-from vitbert.lit.captioning import images_and_references, write_captions
+from vitbert.shapes.data import COLOURS, SHAPES, held_out_pairs
+from vitbert.shapes.source import ShapesSource
 
 PAIR_KINDS = ("seen", "new")  # the object's colour-shape pair was / was never in training
 

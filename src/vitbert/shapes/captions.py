@@ -1,12 +1,12 @@
 """The shapes data's own caption score: does a caption name both objects' colours and shapes?
 
-BLEU-4 and CIDEr-D (:mod:`vitbert.lit.caption_metrics`) score any caption; on the shapes data
+BLEU-4 and CIDEr-D (:mod:`vitbert.lit.metrics`) score any caption; on the shapes data
 the question that matters is narrower, and only this data can ask it: are the (colour, shape)
-pairs the caption names exactly the picture's? :class:`vitbert.data.ShapesSource` hands
+pairs the caption names exactly the picture's? :class:`vitbert.shapes.ShapesSource` hands
 :func:`colour_shape_shares` to the caption evaluation (``DataSource.caption_scores``), which logs
 them as ``val/colour_shape``, ``val/colours``, ``val/shapes`` (and ``_text`` for the captions
 written from no image). :func:`object_verdicts` says, object by object, what went wrong when a
-caption misses (``vitbert.caption_analysis``). :func:`binding_swaps` makes the binding test's
+caption misses (:mod:`vitbert.shapes.analysis`). :func:`binding_swaps` makes the binding test's
 negatives of a shapes caption (``DataSource.binding_swaps``, :mod:`vitbert.lit.binding`).
 """
 
@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from .shapes import COLOURS, SHAPES
+from vitbert.shapes.data import COLOURS, SHAPES
 
 # A colour word followed by a shape word: how the shapes captions name an object.
 COLOUR_SHAPE = re.compile(rf"\b({'|'.join(COLOURS)}) ({'|'.join(SHAPES)})\b")
