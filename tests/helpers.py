@@ -5,6 +5,7 @@ Pytest puts ``tests/`` on ``sys.path`` for ``tests/conftest.py`` (no ``__init__.
 """
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -14,19 +15,38 @@ SCRIPTS = REPO / "scripts"
 # A model small enough for a few training steps in a test, as command-line flags.
 TINY_MODEL = [
     "--model.net.image.dim", "32", "--model.net.image.depth", "1",
-    "--model.net.image.chroma_dim", "8",  # the default's 32 is the whole width
+    "--model.net.extension.init_args.hue_dim", "8",  # the default's 32 is the whole width
     "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
     "--model.net.text.dim", "32", "--model.net.text.depth", "1", "--model.net.text.num_heads", "2",
 ]
 
-# The embedded default keeps hue and place apart from form, which needs its conv stem: a ViT or
-# hybrid tower on the embedded default turns that off, and the lookup's place read with it.
-NO_HUE = ["--model.net.image.chroma_dim", "0", "--model.net.image.chroma_place", "false",
-          "--model.net.lookup_place", "false"]
+# The embedded default's objectives, as its config lists them, by short name.
+DEFAULT_OBJECTIVES = {
+    "itc": {"class_path": "vitbert.lit.contrastive.Contrastive", "init_args": {"weight": 1.0}},
+    "words": {"class_path": "vitbert.lit.objectives.WordDetection",
+              "init_args": {"weight": 10.0}},
+    "captions": {"class_path": "vitbert.lit.objectives.CaptionWriting",
+                 "init_args": {"probability": 0.3}},
+    "focus": {"class_path": "vitbert.shapes.FocusedMaskedLM",
+              "init_args": {"focus_weight": 2.0, "start": 0.3}},
+    "twins": {"class_path": "vitbert.shapes.TwinContrast", "init_args": {"weight": 0.3}},
+    "mlm": {"class_path": "vitbert.lit.objectives.MaskedLM"},
+    "itm": {"class_path": "vitbert.lit.contrastive.ImageTextMatching",
+            "init_args": {"weight": 1.0}},
+}
 
-# The embedded default's twin contrast reads each twin's photo from an image cache, which a
-# streamed source does not have.
-NO_TWINS = ["--data.twin_photos", "false", "--model.twin_weight", "0"]
+
+def objectives(*names: str) -> list[str]:
+    """``--model.objectives`` for the named objectives of :data:`DEFAULT_OBJECTIVES`, in order
+    (a command line replaces the config's whole list)."""
+    return ["--model.objectives", json.dumps([DEFAULT_OBJECTIVES[name] for name in names])]
+
+
+# The embedded default without the shapes data's levers: no extension (its hue-apart tower needs
+# the conv stem), no twin photos (read from an image cache, which a streamed source does not
+# have), plain masked-language modelling.
+NO_LEVERS = ["--model.net.extension", "null", "--data.source.init_args.twin_photos", "false",
+             *objectives("itc", "words", "captions", "mlm")]
 
 
 def load_script(name: str) -> ModuleType:
