@@ -87,8 +87,10 @@ def _summarise(entries: list[str], limit: int = 8) -> str:
 
 
 def _head_weights(heads: dict[str, nn.Module]) -> dict[str, Tensor]:
-    """The present heads' tensors under their module-level names (``word_head.classifier.bias``)."""
-    return {f"{name}.{key}": value for name, head in heads.items()
+    """The heads' tensors under their module-level names (``word_head.classifier.bias``): the
+    heads of :data:`HEADS`, which carry learnt weights (a run's other parts, such as a running
+    statistic, start anew)."""
+    return {f"{name}.{key}": value for name, head in heads.items() if name in HEADS
             for key, value in head.state_dict(keep_vars=True).items()}
 
 
@@ -113,7 +115,7 @@ def _note_fresh_heads(source: StoredModel, heads: dict[str, nn.Module],
                       report: TransferReport) -> None:
     """Say which of our heads the source had none of: they start from their initialisation."""
     for head in heads:
-        if not any(n.startswith(head + ".") for n in source.heads):
+        if head in HEADS and not any(n.startswith(head + ".") for n in source.heads):
             report.notes.append(f"the source has no {head} (trained without "
                                 f"{_short(HEADS[head])}): this run's {head} starts from its "
                                 f"initialisation")
