@@ -1,12 +1,13 @@
-"""Data: Flickr30k in its real formats and the generated shapes default, one uint8 image cache,
-a WordPiece tokenizer, the MLM collator, the data sources (`ShapesSource`, `Flickr30kSource`)
-and the one LightningDataModule that ties them together (`datamodule.CaptionDataModule`, not
-imported here: it pulls in Lightning, which inference does not need). `StreamingSource` (litdata
-shards, `vitbert.data.streaming`) is imported on first use, for the same reason."""
+"""Data: captioned photos in the layouts people have them in (`layouts`) and the generated
+shapes default, one uint8 image cache, a WordPiece tokenizer, the MLM collator, the data sources
+(`ShapesSource`; `CaptionedPhotos`, also known by its first name `Flickr30kSource`) and the one
+LightningDataModule that ties them together (`datamodule.CaptionDataModule`, not imported here:
+it pulls in Lightning, which inference does not need). `StreamingSource` (litdata shards,
+`vitbert.data.streaming`) is imported on first use, for the same reason."""
 
 from .cache import CaptionDataset, DataError
 from .masking import STOP_WORDS, MLMCollator
-from .sources import DataSource, Flickr30kSource, ShapesSource
+from .sources import CaptionedPhotos, DataSource, Flickr30kSource, ShapesSource
 from .tokenizer import (
     SPECIAL_TOKENS,
     load_tokenizer,
@@ -19,6 +20,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "STOP_WORDS",
     "CaptionDataset",
+    "CaptionedPhotos",
     "DataError",
     "DataSource",
     "Flickr30kSource",
