@@ -1,9 +1,10 @@
-"""Data: captioned photos in the layouts people have them in (`layouts`) and the generated
-shapes default, one uint8 image cache, a WordPiece tokenizer, the MLM collator, the data sources
-(`ShapesSource`; `CaptionedPhotos`, also known by its first name `Flickr30kSource`) and the one
-LightningDataModule that ties them together (`datamodule.CaptionDataModule`, not imported here:
-it pulls in Lightning, which inference does not need). `StreamingSource` (litdata shards,
-`vitbert.data.streaming`) is imported on first use, for the same reason."""
+"""Data: captioned photos in the layouts people have them in (Flickr30k, Flickr8k, COCO, a folder
+of one's own: `layouts`) and the generated shapes default, one uint8 image cache, a WordPiece
+tokenizer, the MLM collator, the data sources (`ShapesSource`; `CaptionedPhotos`, also known by
+its first name `Flickr30kSource`) and the one LightningDataModule that ties them together
+(`datamodule.CaptionDataModule`, not imported here: it pulls in Lightning, which inference does
+not need). `StreamingSource` (litdata shards, `vitbert.data.streaming`) is imported on first use,
+for the same reason."""
 
 from .cache import CaptionDataset, DataError
 from .masking import STOP_WORDS, MLMCollator

@@ -27,10 +27,11 @@ fixed at writing, so a mask drawn from (seed, epoch, caption id) is the same in 
 Photos are shuffled with a fixed seed before writing, so chunks mix the source's order (an
 img2dataset shard is one web domain's crawl order) and reading chunks in order is not sorted.
 
-Inputs: any layout `vitbert.data.layouts` reads (its split kept, or the hash split; photos its
-split files leave out are not written and are counted as ``unlisted``), or an img2dataset
-webdataset folder (``00000.tar`` ... with ``<key>.jpg``, ``<key>.txt``, ``<key>.json`` members),
-split by the same hash of the key (`layouts.hash_split`).
+Inputs: any layout `vitbert.data.layouts` reads (Flickr30k's, Flickr8k's, Karpathy's json, COCO's,
+an imagefolder: its split kept, or the hash split; photos its split files leave out are not
+written and are counted as ``unlisted``), or an img2dataset webdataset folder (``00000.tar`` ...
+with ``<key>.jpg``, ``<key>.txt``, ``<key>.json`` members), split by the same hash of the key
+(`layouts.hash_split`).
 """
 
 from __future__ import annotations

@@ -183,8 +183,9 @@ class ShapesSource(DataSource):
 
 
 class CaptionedPhotos(DataSource):
-    """Photos with captions from `root`, in any layout `vitbert.data.layouts` reads, decoded once
-    into the image cache in `cache_dir` (`scripts/prepare_data.py` builds the same cache ahead)."""
+    """Photos with captions from `root`, in any layout `vitbert.data.layouts` reads (Flickr30k's
+    four, Flickr8k's two, Karpathy's json, COCO's, a Hugging Face imagefolder), decoded once into
+    the image cache in `cache_dir` (`scripts/prepare_data.py` builds the same cache ahead)."""
 
     def __init__(
         self,
@@ -202,7 +203,8 @@ class CaptionedPhotos(DataSource):
                 below); the layout is found from the files (docs/training.md).
             cache_dir: Folder of the decoded uint8 image cache; rebuilt when the photos, the
                 annotations or the image size change.
-            format: Layout: auto (the first found), karpathy, nlphuji, token or kaggle (see
+            format: Layout: auto (the first found, in the order of docs/training.md), karpathy,
+                nlphuji, coco, flickr8k, imagefolder, token, kaggle or kaggle8k (see
                 scripts/prepare_data.py --help).
             images_dir: Photo folder (relative to root, or absolute) when it has none of the
                 usual names.

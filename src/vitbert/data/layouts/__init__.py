@@ -6,9 +6,18 @@ fit's split summary: layouts whose annotations carry a split come before those t
 
     format       file (in the folder or one below)      split
     karpathy     dataset_flickr30k.json                 Karpathy's (`layouts.karpathy`)
+    karpathy     dataset_flickr8k.json                  Karpathy's
+    karpathy     dataset_coco.json                      Karpathy's (restval joins train)
     nlphuji      flickr_annotations_30k.csv             Karpathy's (`layouts.flickr30k`)
+    coco         annotations/captions_*2017.json        train; val halved into val and test
+    coco         annotations/captions_*2014.json        the same (`layouts.coco`)
+    flickr8k     Flickr8k.token.txt                     Flickr_8k.{train,dev,test}Images.txt
+                                                        (`layouts.flickr8k`)
+    imagefolder  metadata.jsonl or metadata.csv         train/, validation/, test/ folders, else
+                 (also in the split folders)            the hash (`layouts.imagefolder`)
     token        results_20130124.token                 hash of the file name (`layouts.flickr30k`)
     kaggle       results.csv                            hash of the file name
+    kaggle8k     captions.txt                           hash of the file name (`layouts.flickr8k`)
 
 Reading a layout means: find it (`detect`), parse its files into one `ImageRecord` per photo
 (bad rows skipped and named in `Parsed.bad_captions`), give photos without a split the hash split,
@@ -23,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cache import DataError
-from . import flickr30k, karpathy
+from . import coco, flickr8k, flickr30k, imagefolder, karpathy
 from .records import (
     TEST_FRACTION,
     UNLISTED,
@@ -62,8 +71,15 @@ LAYOUTS = (
       for name in karpathy.FILES),
     Layout("nlphuji", flickr30k.NLPHUJI, _file(flickr30k.NLPHUJI),
            _of_file(flickr30k.parse_nlphuji)),
+    *(Layout("coco", f"annotations/captions_*{year}.json", coco.finder(year),
+             _of_file(coco.parse_coco)) for year in coco.YEARS),
+    Layout("flickr8k", flickr8k.TOKEN, _file(flickr8k.TOKEN), _of_file(flickr8k.parse_flickr8k)),
+    Layout("imagefolder", "metadata.jsonl or metadata.csv", imagefolder.find,
+           imagefolder.parse_imagefolder),
     Layout("token", flickr30k.TOKEN, _file(flickr30k.TOKEN), _of_file(flickr30k.parse_token)),
     Layout("kaggle", flickr30k.KAGGLE, _file(flickr30k.KAGGLE), _of_file(flickr30k.parse_kaggle)),
+    Layout("kaggle8k", flickr8k.CAPTIONS, _file(flickr8k.CAPTIONS),
+           _of_file(flickr8k.parse_captions_txt)),
 )
 FORMATS = tuple(dict.fromkeys(layout.name for layout in LAYOUTS))
 

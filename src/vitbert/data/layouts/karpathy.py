@@ -14,7 +14,7 @@ from ..cache import DataError
 from .records import ImageRecord, Parsed, read_json
 
 KARPATHY_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}
-FILES = ("dataset_flickr30k.json",)
+FILES = ("dataset_flickr30k.json", "dataset_flickr8k.json", "dataset_coco.json")
 
 
 def parse_karpathy(path: Path) -> Parsed:
