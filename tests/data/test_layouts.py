@@ -21,6 +21,8 @@ from vitbert.data.cache import SPLITS, CaptionDataset, DataError, read_meta
 from vitbert.data.captioned_photos import build_cache, split_origin
 from vitbert.data.datamodule import CaptionDataModule
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _build(root: Path, out: Path, **kw) -> tuple[dict, list[str]]:
     kw.setdefault("max_bad_fraction", 0.5)  # a few photos each, one of them missing
@@ -236,6 +238,13 @@ def test_several_layouts_in_one_folder_the_first_in_the_documented_order_is_read
     assert text.splitlines()[0].endswith(
         "ignored: karpathy (dataset_flickr8k.json), kaggle8k (captions.txt) (the first layout "
         "found is read: docs/training.md)")
+
+
+def test_the_order_is_the_one_docs_training_md_gives():
+    docs = (REPO / "docs" / "training.md").read_text()
+    places = [docs.find(f"`{layout.file.split(' or ')[0]}`") for layout in layouts.LAYOUTS]
+    assert -1 not in places, [layout.file for layout in layouts.LAYOUTS]
+    assert places == sorted(places)
 
 
 def test_an_empty_folder_names_every_layout_it_looked_for(tmp_path):
