@@ -201,8 +201,8 @@ def test_imagefolder_split_folders_and_several_rows_a_photo(tmp_path):
         "metadata.jsonl", "train/metadata.jsonl", "validation/metadata.jsonl",
         "test/metadata.jsonl"]
     text = _summary(copy.root, tmp_path / "cache")
-    assert (f"split: the folders train/, validation/, test/ of {copy.root.resolve()}; 1 photo in "
-            "no split folder left out\n") in text
+    assert (f"split: the folders train/, validation/, test/ of {copy.root.resolve()}; 1 photo "
+            "outside the split folders left out\n") in text
 
 
 def test_imagefolder_without_the_conventions_columns_says_which(tmp_path):
@@ -215,6 +215,28 @@ def test_imagefolder_without_the_conventions_columns_says_which(tmp_path):
     with pytest.raises(DataError, match=r"metadata.jsonl: no row has a 'file_name' column .*"
                                         r"first problem: metadata.jsonl line 1: no 'text'"):
         layouts.read_annotations(tmp_path)
+
+
+def test_an_empty_split_names_the_file_or_folder_that_would_fill_it(tmp_path):
+    f8k = flickr8k_release(tmp_path / "f8k")
+    dev = f8k.root / "Flickr8k_text" / "Flickr_8k.devImages.txt"
+    dev.write_text("")
+    assert "  val: 0 photos (Flickr_8k.devImages.txt lists none of the photos here); validation " \
+           f"is off: list val photos in {dev.resolve()}\n" in _summary(f8k.root, tmp_path / "a")
+
+    mine = write("imagefolder-splits", tmp_path / "mine")
+    shutil.rmtree(mine.root / "validation")
+    where = mine.root.resolve() / "validation"
+    assert (f"  val: 0 photos (no photo in {where}/); validation is off: put val photos and their "
+            f"metadata rows in {where}/\n") in _summary(mine.root, tmp_path / "b")
+
+    coco = write("coco-2017", tmp_path / "coco")
+    (coco.root / "annotations" / "captions_val2017.json").unlink()
+    text = _summary(coco.root, tmp_path / "c")
+    assert text.splitlines()[0].endswith(": captions_train2017.json is train, no val file (so no "
+                                         "val or test)")
+    assert (f"  test: 0 photos (no captions_val2017.json); there is nothing to test: add "
+            f"annotations/captions_val2017.json and its val2017/ to {coco.root.resolve()}") in text
 
 
 # ----------------------------------------------------------------------------- several layouts

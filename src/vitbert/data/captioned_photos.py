@@ -128,25 +128,14 @@ def split_origin(meta: dict[str, Any]) -> str:
     other layouts in the folder that were not read, are said too."""
     settings = meta["settings"]
     path, rule, fmt = settings["source"], settings["split"], settings["format"]
+    texts = layouts.SPLIT_TEXTS.get(fmt)  # a layout with a split of its own kind says it
     if rule["rule"] != "annotations":
         origin = (f"hash of the file name ({path} has no split; ~{rule['val']:.0%} val, "
                   f"~{rule['test']:.0%} test)")
-    elif fmt == "flickr8k":
-        origin = f"Flickr8k's split files beside {path} (Flickr_8k.devImages.txt is val)"
-    elif fmt == "coco":
-        origin = (f"COCO's own files in {Path(path).parent}: {rule['train'] or 'no train file'} "
-                  f"is train, {rule['halved'] or 'no val file'} is halved into val and test by "
-                  f"a hash of the file name")
-    elif fmt == "imagefolder":
-        top = Path(path).parent
-        top = top.parent if top.name in rule["folders"] else top
-        origin = f"the folders {', '.join(d + '/' for d in rule['folders'])} of {top}"
     else:
-        origin = f"Karpathy's split from {path}"
-    if meta.get("unlisted"):
-        where = "no split file" if fmt == "flickr8k" else "no split folder"
-        n = meta["unlisted"]
-        origin += f"; {n} photo{'s' if n != 1 else ''} in {where} left out"
+        origin = texts.split_origin(path, rule) if texts else f"Karpathy's split from {path}"
+    if n := meta.get("unlisted"):
+        origin += f"; {n} photo{'s' if n != 1 else ''} {texts.LEFT_OUT} left out"
     if meta.get("ignored"):
         origin += (f"; read {fmt} ({Path(path).name}), ignored: {', '.join(meta['ignored'])} "
                    f"(the first layout found is read: docs/training.md)")
@@ -156,25 +145,17 @@ def split_origin(meta: dict[str, Any]) -> str:
 def empty_split(settings: dict[str, Any], split: str, photos: int, root: str | Path
                 ) -> tuple[str, str]:
     """(why `split` holds no photo, how to give it some), for the data summary's line."""
-    name, fmt = Path(settings["source"]).name, settings["format"]
-    if settings["split"]["rule"] == "sha1":
-        if split == "train":
-            return (f"the hash split of {photos} photos gave none",
-                    f"add photos to {root} (about 94% of them land in train)")
+    name, rule = Path(settings["source"]).name, settings["split"]
+    if rule["rule"] == "annotations":
+        if texts := layouts.SPLIT_TEXTS.get(settings["format"]):
+            return texts.empty_split(split, settings["source"], rule)
+        return (f"{name} puts no photo in {split}",
+                f"give some photos split '{split}' in {name}")
+    if split == "train":
         return (f"the hash split of {photos} photos gave none",
-                f"add photos to {root} or give Karpathy's {KARPATHY_FILES[0]}")
-    if fmt == "flickr8k":
-        listing = layouts.flickr8k.SPLIT_FILES[split]
-        return (f"{listing} lists none of the photos here", f"list {split} photos in {listing}")
-    if fmt == "coco":
-        part = "train" if split == "train" else "val"
-        return (f"COCO's {part} gave none", f"add annotations/captions_{part}*.json and its "
-                f"photos beside {settings['source']}")
-    if fmt == "imagefolder":
-        folders = [d for d, s in layouts.imagefolder.SPLIT_DIRS.items() if s == split]
-        return (f"no photo in a {folders[0]}/ folder",
-                f"put {split} photos and their metadata rows in {folders[0]}/ beside {name}")
-    return (f"{name} puts no photo in {split}", f"give some photos split '{split}' in {name}")
+                f"add photos to {root} (about 94% of them land in train)")
+    return (f"the hash split of {photos} photos gave none",
+            f"add photos to {root} or give Karpathy's {KARPATHY_FILES[0]}")
 
 
 def decode_photos(src: PhotoCopy, out: Path, image_size: int, workers: int) -> dict[int, str]:

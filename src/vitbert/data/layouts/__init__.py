@@ -43,8 +43,8 @@ from .records import (
     not_utf8,
 )
 
-__all__ = ["FORMATS", "LAYOUTS", "TEST_FRACTION", "UNLISTED", "VAL_FRACTION", "Found",
-           "ImageRecord", "Layout", "Parsed", "detect", "hash_split", "read_annotations"]
+__all__ = ["FORMATS", "LAYOUTS", "SPLIT_TEXTS", "TEST_FRACTION", "UNLISTED", "VAL_FRACTION",
+           "Found", "ImageRecord", "Layout", "Parsed", "detect", "hash_split", "read_annotations"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,10 @@ LAYOUTS = (
            _of_file(flickr8k.parse_captions_txt)),
 )
 FORMATS = tuple(dict.fromkeys(layout.name for layout in LAYOUTS))
+# The layouts whose split is neither Karpathy's nor the hash: each module says where its split
+# came from (`split_origin`), why a split is empty (`empty_split`) and how it names the photos
+# its split leaves out (`LEFT_OUT`), for the fit's split summary.
+SPLIT_TEXTS = {"coco": coco, "flickr8k": flickr8k, "imagefolder": imagefolder}
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,24 @@ def val_half(file: str) -> str:
     return "val" if unit(file) < 0.5 else "test"
 
 
+def split_origin(path: str, rule: dict[str, Any]) -> str:
+    """The split summary's words for where the split came from (`path`: the first file read)."""
+    said = [f"{rule['train']} is train" if rule["train"] else "no train file",
+            f"{rule['halved']} is halved into val and test by a hash of the file name"
+            if rule["halved"] else "no val file (so no val or test)"]
+    return f"COCO's own files in {Path(path).parent}: {', '.join(said)}"
+
+
+def empty_split(split: str, path: str, rule: dict[str, Any]) -> tuple[str, str]:
+    """(why `split` holds no photo, how to give it some)."""
+    part = "train" if split == "train" else "val"
+    year, base = Path(path).stem[-4:], Path(path).parent.parent
+    file = rule["train"] if part == "train" else rule["halved"]
+    why = (f"no captions_{part}{year}.json" if file is None else
+           f"{file} lists no photo" if part == "train" else f"the hash halves of {file} gave none")
+    return why, f"add annotations/captions_{part}{year}.json and its {part}{year}/ to {base}"
+
+
 def parse_coco(marker: Path) -> Parsed:
     """Both files of the marker's year that are present: train2017 is train, val2017 is halved
     into val and test. An entry lacking its fields, or a caption of an image not in images[], is

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import Any
 
 from ..cache import DataError
 from .flickr30k import parse_token
@@ -28,6 +29,7 @@ TOKEN = "Flickr8k.token.txt"
 CAPTIONS = "captions.txt"
 SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "val": "Flickr_8k.devImages.txt",
                "test": "Flickr_8k.testImages.txt"}
+LEFT_OUT = "in no split file"  # the split summary's words for the photos the split leaves out
 
 
 def split_files(folder: Path) -> dict[str, Path] | None:
@@ -80,6 +82,18 @@ def parse_flickr8k(token: Path) -> Parsed:
         r.split = listed[r.file][0] if r.file in listed else UNLISTED
     parsed.split = {"rule": "annotations", "files": list(SPLIT_FILES.values())}
     return parsed
+
+
+def split_origin(path: str, rule: dict[str, Any]) -> str:
+    """The split summary's words for where the split came from (`path`: the token file)."""
+    return f"Flickr8k's split files beside {path} (Flickr_8k.devImages.txt is val)"
+
+
+def empty_split(split: str, path: str, rule: dict[str, Any]) -> tuple[str, str]:
+    """(why `split` holds no photo, how to give it some)."""
+    listing = SPLIT_FILES[split]
+    return (f"{listing} lists none of the photos here",
+            f"list {split} photos in {Path(path).parent / listing}")
 
 
 def parse_captions_txt(path: Path) -> Parsed:

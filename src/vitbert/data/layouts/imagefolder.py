@@ -27,8 +27,28 @@ TEXT_COLUMNS = ("text", "caption")
 SPLIT_DIRS = {"train": "train", "training": "train", "validation": "val", "valid": "val",
               "val": "val", "dev": "val", "test": "test", "testing": "test", "eval": "test",
               "evaluation": "test"}
+LEFT_OUT = "outside the split folders"  # the split summary's words for the photos left out
 CONVENTION = ("a 'file_name' column (the photo's path from the metadata file's folder) and a "
               "'text' or 'caption' column")
+
+
+def split_origin(path: str, rule: dict[str, Any]) -> str:
+    """The split summary's words for where the split came from (`path`: the first metadata
+    file, at the top or in a split folder)."""
+    return f"the folders {', '.join(d + '/' for d in rule['folders'])} of {_top(path, rule)}"
+
+
+def empty_split(split: str, path: str, rule: dict[str, Any]) -> tuple[str, str]:
+    """(why `split` holds no photo, how to give it some)."""
+    folder = next(d for d in [*rule["folders"], *SPLIT_DIRS] if SPLIT_DIRS[d] == split)
+    where = _top(path, rule) / folder
+    return (f"no photo in {where}/", f"put {split} photos and their metadata rows in {where}/")
+
+
+def _top(path: str, rule: dict[str, Any]) -> Path:
+    """The imagefolder's own folder, from its first metadata file."""
+    parent = Path(path).parent
+    return parent.parent if parent.name in rule["folders"] else parent
 
 
 def metadata_files(folder: Path) -> list[Path]:
