@@ -1,22 +1,41 @@
-"""Decode a Flickr30k copy once into the uint8 image cache training reads (or generate shapes).
+"""Decode a folder of captioned photos once into the uint8 image cache training reads (or
+generate shapes).
 
-The annotation format is auto-detected in --root (or one folder below it):
+The layout is found from the files in --root (or one folder below it); when several are there,
+the first of this list is read and the others named as ignored (--format picks one):
 
-  token     results_20130124.token       the original release: "1000092795.jpg#0<TAB>caption"
-  kaggle    results.csv                  Kaggle's "image_name| comment_number| comment" file;
-                                         its broken row ("2199200615.jpg| 4   A dog ...") is
-                                         repaired, any other bad row reported by line number
-  karpathy  dataset_flickr30k.json       Karpathy's split file: the standard 29,000 / 1,014 /
-                                         1,000 train / val / test split (restval joins train)
-  nlphuji   flickr_annotations_30k.csv   the Hugging Face hub copy (nlphuji/flickr30k): JSON-list
-                                         captions, the real split in its `split` column;
-                                         --from-hub downloads it into --root first (needs network)
+  karpathy     dataset_flickr30k.json,      Karpathy's split files: the standard split (Flickr30k
+               dataset_flickr8k.json,       29,000 / 1,014 / 1,000; restval joins train); COCO's
+               dataset_coco.json            entries' filepath (train2014/, val2014/) is kept
+  nlphuji      flickr_annotations_30k.csv   the Hugging Face hub copy (nlphuji/flickr30k):
+                                            JSON-list captions, the real split in its `split`
+                                            column; --from-hub downloads it into --root first
+                                            (needs network)
+  coco         annotations/captions_{train,val}2017.json (or 2014): COCO's own; photos in
+                                            train2017/, val2017/; train is train, val is halved
+                                            into val and test by a hash of the file name
+  flickr8k     Flickr8k.token.txt           Flickr8k as released: "name.jpg#0<TAB>caption", split
+                                            by Flickr_8k.{train,dev,test}Images.txt beside it (dev
+                                            is val; photos in none are left out and counted);
+                                            photos in Flicker8k_Dataset/ (sic)
+  imagefolder  metadata.jsonl, metadata.csv  a folder of one's own photos (Hugging Face
+                                            imagefolder): file_name + text (or caption) columns,
+                                            several rows a photo; train/ validation/ test/
+                                            folders are the split where present
+  token        results_20130124.token       Flickr30k's release: "1000092795.jpg#0<TAB>caption"
+  kaggle       results.csv                  Kaggle's Flickr30k "image_name| comment_number|
+                                            comment" file; its broken row ("2199200615.jpg| 4
+                                            A dog ...") is repaired, any other bad row reported
+                                            by line number
+  kaggle8k     captions.txt                 Kaggle's Flickr8k: CSV "image,caption", photos in
+                                            Images/
 
-The photos are looked for in flickr30k-images/, flickr30k_images/flickr30k_images/, Images/ ...
-(or --images-dir). Without a split in the annotations (token, kaggle) photos are split by a hash
-of their file name (~3.2% val, ~3.1% test, the rest train). Missing, unreadable, truncated or
-zero-byte images and empty captions are skipped with a warning; more than --max-bad-fraction of
-them is an error. The cache is reused when its recorded settings match, rebuilt otherwise.
+The photos are looked for in flickr30k-images/, flickr30k_images/flickr30k_images/,
+Flicker8k_Dataset/, Images/ ... (or --images-dir). Without a split in the annotations (token,
+kaggle, kaggle8k; an imagefolder without split folders) photos are split by a hash of their file
+name (~3.2% val, ~3.1% test, the rest train). Missing, unreadable, truncated or zero-byte images
+and empty captions are skipped with a warning; more than --max-bad-fraction of them is an error.
+The cache is reused when its recorded settings match, rebuilt otherwise. More: docs/training.md.
 
 --config configs/flickr30k.yaml takes --root, --out, --format, --images-dir, --max-bad-fraction
 and --image-size from that training config (a flag given as well wins), so the cache built ahead
@@ -44,7 +63,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from vitbert.data import flickr30k, shapes
+from vitbert.data import captioned_photos, layouts, shapes
 from vitbert.data.cache import DataError
 
 # Source settings a training config's data.source.init_args may hold, and their flag names here.
@@ -58,11 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, metavar="YAML",
                    help="training config to take the data settings and image size from")
     p.add_argument("--root", default=None,
-                   help=f"folder with the Flickr30k copy (default {flickr30k.DEFAULT_ROOT})")
+                   help=f"folder of captioned photos in any layout above (default "
+                   f"{captioned_photos.DEFAULT_ROOT})")
     p.add_argument("--out", default=None, help=f"cache folder (default "
-                   f"{flickr30k.DEFAULT_CACHE_DIR}, or {shapes.DEFAULT_ROOT} with --format shapes)")
-    p.add_argument("--format", default=None, choices=["auto", *flickr30k.FORMATS, "shapes"],
-                   help="annotation format (default auto)")
+                   f"{captioned_photos.DEFAULT_CACHE_DIR}, or {shapes.DEFAULT_ROOT} with "
+                   f"--format shapes)")
+    p.add_argument("--format", default=None, choices=["auto", *layouts.FORMATS, "shapes"],
+                   help="layout (default auto: the first found)")
     p.add_argument("--image-size", type=int, default=None,
                    help="side of the square cached pictures (default 224; 32 for shapes)")
     p.add_argument("--images-dir", default=None, help="photo folder, if not a usual name")
@@ -86,7 +107,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         return args
     if args.config:
         _read_config(args)
-    for flag, default in (("root", flickr30k.DEFAULT_ROOT), ("format", "auto"),
+    for flag, default in (("root", captioned_photos.DEFAULT_ROOT), ("format", "auto"),
                           ("max_bad_fraction", 0.05)):
         if getattr(args, flag) is None:
             setattr(args, flag, default)
@@ -102,9 +123,9 @@ def _read_config(args: argparse.Namespace) -> None:
     except (OSError, yaml.YAMLError) as e:
         fail(f"--config {args.config}: cannot read it as YAML ({e})")
     source = ((cfg.get("data") or {}).get("source") or {})
-    if not str(source.get("class_path", "")).endswith("Flickr30kSource"):
-        fail(f"--config {args.config}: data.source is not a Flickr30kSource; this script "
-             f"prepares Flickr30k (use --format shapes for the shapes data)")
+    if not str(source.get("class_path", "")).endswith(("Flickr30kSource", "CaptionedPhotos")):
+        fail(f"--config {args.config}: data.source is not a Flickr30kSource or CaptionedPhotos; "
+             f"this script prepares photos on disk (use --format shapes for the shapes data)")
     for key, flag in CONFIG_KEYS.items():
         value = (source.get("init_args") or {}).get(key)
         if getattr(args, flag) is None and value is not None:
@@ -130,10 +151,10 @@ def add_shards_command(parser: argparse.ArgumentParser) -> None:
                             formatter_class=argparse.RawTextHelpFormatter,
                             help="write streamed litdata shards instead of the image cache")
     p.add_argument("--from", dest="source", required=True, metavar="FOLDER",
-                   help="a Flickr30k copy in any layout above, or an img2dataset output folder")
+                   help="captioned photos in any layout above, or an img2dataset output folder")
     p.add_argument("--out", required=True, help="shard folder to write (train/, val/, test/, "
                    "tokenizer.json, skipped.json, shards.json)")
-    p.add_argument("--format", default="auto", choices=["auto", *flickr30k.FORMATS,
+    p.add_argument("--format", default="auto", choices=["auto", *layouts.FORMATS,
                                                         shards.IMG2DATASET],
                    help="layout of --from (default auto)")
     p.add_argument("--images-dir", default=None, help="photo folder, if not a usual name")
@@ -183,9 +204,9 @@ def prepare(args: argparse.Namespace) -> dict:
                    "skipped": 0, "splits": meta["splits"]}
     else:
         if args.from_hub:
-            flickr30k.load_from_hub(args.root, args.from_hub)
-        full = flickr30k.build_cache(
-            args.root, args.out or flickr30k.DEFAULT_CACHE_DIR, args.image_size or 224,
+            layouts.flickr30k.load_from_hub(args.root, args.from_hub)
+        full = captioned_photos.build_cache(
+            args.root, args.out or captioned_photos.DEFAULT_CACHE_DIR, args.image_size or 224,
             args.format, args.images_dir, args.workers, args.max_bad_fraction,
             force=args.force)
         summary = {k: full[k] for k in ("format", "images", "captions", "skipped", "splits")}

@@ -14,8 +14,10 @@ A shard folder (``scripts/prepare_data.py shards --from SRC --out DIR``):
     tokenizer.json      the WordPiece trained here on the training captions, so no rank reads
                         every caption at start-up
     skipped.json        every photo left out and why (an unreadable or truncated image, no caption)
-    shards.json         what was written: counts per split, where the split came from, the source;
-                        written last, so its presence means "complete"
+    shards.json         what was written: counts per split, where the split came from, the source,
+                        the photos its split left out ("unlisted") and the other layouts beside
+                        it that were not read ("ignored"); written last, so its presence means
+                        "complete"
 
 One sample per photo: ``key`` (its file name, or img2dataset's key), ``image`` (the file's
 original bytes: a JPEG stays a JPEG, about a tenth of its decoded pixels), ``captions`` (its
@@ -25,9 +27,11 @@ fixed at writing, so a mask drawn from (seed, epoch, caption id) is the same in 
 Photos are shuffled with a fixed seed before writing, so chunks mix the source's order (an
 img2dataset shard is one web domain's crawl order) and reading chunks in order is not sorted.
 
-Inputs: any Flickr30k layout `vitbert.data.flickr30k` reads (its split kept, or the hash split),
-or an img2dataset webdataset folder (``00000.tar`` ... with ``<key>.jpg``, ``<key>.txt``,
-``<key>.json`` members), split by the same hash of the key (`flickr30k.hash_split`).
+Inputs: any layout `vitbert.data.layouts` reads (Flickr30k's, Flickr8k's, Karpathy's json, COCO's,
+an imagefolder: its split kept, or the hash split; photos its split files leave out are not
+written and are counted as ``unlisted``), or an img2dataset webdataset folder (``00000.tar`` ...
+with ``<key>.jpg``, ``<key>.txt``, ``<key>.json`` members), split by the same hash of the key
+(`layouts.hash_split`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from . import flickr30k
+from . import captioned_photos, layouts
 from .cache import SPLITS, BadImageError, DataError, read_photo_bytes
 from .files import atomic_write
 from .tokenizer import save_tokenizer, train_wordpiece
@@ -114,7 +118,7 @@ def img2dataset_photos(folder: Path) -> list[PhotoRef]:
             if not caption and "json" in sample:
                 caption = str(json.loads(sample["json"]).get("caption") or "").strip()
             offset, size = sample.get("image", (-2, 0))  # -2: no image member (reported)
-            photos.append(PhotoRef(key, (caption,) if caption else (), flickr30k.hash_split(key),
+            photos.append(PhotoRef(key, (caption,) if caption else (), layouts.hash_split(key),
                                    str(tar_path), offset, size))
     return photos
 
@@ -124,22 +128,23 @@ def source_photos(source: str | Path, fmt: str = "auto", images_dir: str | None 
     """(photos, what the source is) of a folder in any layout vitbert reads."""
     source = Path(source)
     if not source.is_dir():
-        raise DataError(f"--from {source} is not a folder; give a Flickr30k copy or an "
-                        f"img2dataset output folder (00000.tar, 00001.tar, ...)")
+        raise DataError(f"--from {source} is not a folder; give a folder of captioned photos "
+                        f"(docs/training.md) or an img2dataset output folder (00000.tar, ...)")
     if fmt in ("auto", IMG2DATASET) and any(source.glob("*.tar")):
         return img2dataset_photos(source), {
             "format": IMG2DATASET, "source": str(source.resolve()),
-            "split": {"rule": "sha1", "val": flickr30k.VAL_FRACTION,
-                      "test": flickr30k.TEST_FRACTION}}
+            "split": {"rule": "sha1", "val": layouts.VAL_FRACTION,
+                      "test": layouts.TEST_FRACTION}}
     if fmt == IMG2DATASET:
         raise DataError(f"{source}: no .tar files; img2dataset --output_format webdataset "
                         f"writes 00000.tar, 00001.tar, ... there")
-    copy = flickr30k.locate(source, fmt, images_dir)
+    copy = captioned_photos.locate(source, fmt, images_dir)
     photos = [PhotoRef(r.file, tuple(r.captions), r.split, str(copy.img_dir / r.file))
               for r in copy.records]
-    settings = flickr30k.cache_settings(copy, 0)
+    settings = captioned_photos.cache_settings(copy, 0)
     return photos, {"format": copy.fmt, "source": settings["source"],
-                    "split": settings["split"]}
+                    "split": settings["split"], "unlisted": len(copy.parsed.unlisted),
+                    "ignored": copy.parsed.ignored}
 
 
 # ----------------------------------------------------------------------------- checking
@@ -241,10 +246,12 @@ def write_shards(
     save_tokenizer(train_wordpiece(train_captions, vocab_size, min_frequency), out / TOKENIZER)
     atomic_write(out / SKIPPED, json.dumps({"skipped": len(skipped), "photos": skipped},
                                            indent=1))
+    found = {"unlisted": origin.pop("unlisted", 0), "ignored": origin.pop("ignored", [])}
     summary = {
         "version": SHARDS_VERSION,
         "settings": {**origin, "seed": seed, "vocab_size": vocab_size,
                      "min_frequency": min_frequency},
+        **found,  # photos the layout's split left out; other layouts beside it, not read
         "images": len(good), "captions": sum(len(p.captions) for p in good),
         "splits": {s: len(m) for s, m in by_split.items()},
         "split_captions": {s: sum(len(p.captions) for p in m) for s, m in by_split.items()},

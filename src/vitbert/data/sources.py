@@ -30,8 +30,9 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from . import flickr30k
+from . import captioned_photos
 from .cache import CaptionDataset, read_meta
+from .layouts import read_annotations
 from .masking import BatchExtra
 
 
@@ -137,15 +138,16 @@ class DataSource(ABC):
                               if not k.startswith("__") and k not in ("_summaries", "_summary")}}
 
 
-class Flickr30kSource(DataSource):
-    """Flickr30k from `root` in any of its formats (`vitbert.data.flickr30k`), decoded once into
+class CaptionedPhotos(DataSource):
+    """Photos with captions from `root`, in any layout `vitbert.data.layouts` reads (Flickr30k's
+    four, Flickr8k's two, Karpathy's json, COCO's, a Hugging Face imagefolder), decoded once into
     the image cache in `cache_dir` (`scripts/prepare_data.py` builds the same cache ahead)."""
 
     def __init__(
         self,
         *,
-        root: str = flickr30k.DEFAULT_ROOT,
-        cache_dir: str = flickr30k.DEFAULT_CACHE_DIR,
+        root: str = captioned_photos.DEFAULT_ROOT,
+        cache_dir: str = captioned_photos.DEFAULT_CACHE_DIR,
         format: str = "auto",
         images_dir: str | None = None,
         prepare_workers: int = 2,
@@ -153,11 +155,12 @@ class Flickr30kSource(DataSource):
     ):
         """
         Args:
-            root: Folder holding the Flickr30k photos and one annotation file (here or one folder
-                below).
+            root: Folder holding the photos and their annotation file (here or one folder
+                below); the layout is found from the files (docs/training.md).
             cache_dir: Folder of the decoded uint8 image cache; rebuilt when the photos, the
                 annotations or the image size change.
-            format: Annotation format: auto, karpathy, nlphuji, kaggle or token (see
+            format: Layout: auto (the first found, in the order of docs/training.md), karpathy,
+                nlphuji, coco, flickr8k, imagefolder, token, kaggle or kaggle8k (see
                 scripts/prepare_data.py --help).
             images_dir: Photo folder (relative to root, or absolute) when it has none of the
                 usual names.
@@ -177,18 +180,23 @@ class Flickr30kSource(DataSource):
 
     def build_cache(self, image_size: int) -> dict[str, Any]:
         if image_size not in self._summaries:  # the fingerprint stats every photo: check once
-            self._summaries[image_size] = flickr30k.build_cache(
+            self._summaries[image_size] = captioned_photos.build_cache(
                 self.root, self.cache_dir, image_size, self.format, self.images_dir,
                 self.prepare_workers, self.max_bad_fraction)
         return self._summaries[image_size]
 
     def split_origin(self, meta: dict[str, Any]) -> str:
-        return flickr30k.split_origin(meta["settings"])
+        return captioned_photos.split_origin(meta)
 
     def empty_split(self, meta: dict[str, Any], split: str) -> tuple[str, str]:
-        return flickr30k.empty_split(meta["settings"], split, meta["images"], self.root)
+        return captioned_photos.empty_split(meta["settings"], split, meta["images"], self.root)
 
     def train_captions(self, image_size: int) -> list[str]:
         # The annotations alone: the tokenizer does not wait for the photos to be decoded.
-        _, _, parsed = flickr30k.read_annotations(self.root, self.format)
+        _, _, parsed = read_annotations(self.root, self.format)
         return [c for r in parsed.records if r.split == "train" for c in r.captions]
+
+
+class Flickr30kSource(CaptionedPhotos):
+    """`CaptionedPhotos` under its first name, which configs and saved checkpoints give as
+    ``class_path: vitbert.data.Flickr30kSource``: the same source, every layout included."""
