@@ -63,7 +63,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from vitbert.data import captioned_photos, layouts, shapes
+from vitbert.data import captioned_photos, layouts
+from vitbert.shapes import data as shapes
 from vitbert.data.cache import DataError
 
 # Source settings a training config's data.source.init_args may hold, and their flag names here.
