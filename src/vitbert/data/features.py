@@ -1,22 +1,33 @@
-"""The frozen-tower feature cache: a frozen image tower's output, computed once per photo.
+"""The frozen-part feature cache: what a frozen part of the image tower outputs, computed once
+per photo.
 
-With ``model.freeze_image_tower: true`` the image tower never changes during the run, so its
-output for a photo is the same every epoch; on the Flickr30k model it is 35 of the 37 forward
-GFLOP of a sample. The cache stores it next to the image cache:
+A part that never changes during the run gives a photo the same output every epoch, so it is
+computed once and read back instead of run:
 
-    features-<key>.npy   (R, N, D_img) float16, row r = photo r of images.npy: what
-                         `VitBert.tower_tokens` gives (the pooled token, N = 1, or every patch)
+* ``model.freeze_image_tower: true``: the whole tower (on the Flickr30k model 35 of the 37
+  forward GFLOP of a sample); the cache holds `VitBert.tower_tokens` (P, N, D_img) under the batch
+  key :data:`FEATURES_KEY`, and training runs only the projector and the text side;
+* ``model.freeze_image_backbone: true``: a hybrid tower's CNN (a pretrained EfficientNet, say);
+  the cache holds its feature map (P, C, h, w), or its mean (P, C, 1, 1) with
+  ``image.backbone_pool``, under :data:`BACKBONE_KEY`, and every part after the CNN (projection,
+  blocks, pooling) trains from it (`ViT.forward_backbone_features`).
+
+The cache lies next to the image cache:
+
+    features-<key>.npy   (R, …) float16, row r = photo r of images.npy
     features-<key>.json  what it was built from; written last, so its presence means "complete"
 
 ``key`` hashes the image cache's settings (its source fingerprint and image size), the tower's
-weights and its settings (`ImageTowerConfig`, pooled or patches): a change in any of them gives a
-new key and the cache is rebuilt (older ``features-*`` files in the folder are removed). Training
-then reads `FeatureDataset` items (``image_features`` instead of ``image``) and the model runs
-only the projector and the text side (the cached output is the batch's `vitbert.models.Photos`).
+settings (`ImageTowerConfig`: the CNN's name and its weights file among them), the frozen part's
+weights, the part, and the dtypes it was computed and stored in: a change in any of them gives a
+new key and the cache is rebuilt (older ``features-*`` files in the folder are removed).
 
-The tower runs in eval mode here (no stochastic depth): a frozen tower is a fixed function.
-Pretrained weights are loaded at fit start, so the cache is built in the LightningModule's
-``on_fit_start`` (`attach_image_features`), after every load and on the training device.
+The part runs in eval mode (no stochastic depth, BatchNorm's running statistics) under
+``inference_mode``, channels-last, and in bf16 where the CPU has bf16 instructions (or on a GPU):
+a frozen part is a fixed function, and these make its one pass several times faster than the
+obvious loop (``scripts/bench.py --sections cache``). Pretrained weights are loaded at fit start,
+so the cache is built in the training module's ``on_fit_start`` (`attach_image_features`), after
+every load and on the training device.
 """
 
 from __future__ import annotations
@@ -37,7 +48,9 @@ from .cache import CaptionDataset, DataError, read_meta
 from .files import atomic_write, temp_path
 
 FEATURES_KEY = "image_features"  # the batch key of a frozen tower's cached output
-FEATURES_VERSION = 1
+BACKBONE_KEY = "backbone_features"  # the batch key of a frozen CNN backbone's cached output
+PARTS = {"tower": FEATURES_KEY, "backbone": BACKBONE_KEY}  # what may be frozen, and its key
+FEATURES_VERSION = 2
 FEATURE_DTYPE = np.float16
 
 
@@ -54,16 +67,38 @@ def weights_hash(module: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def feature_key(image_cache: str | Path, model: Any) -> tuple[str, dict[str, Any]]:
-    """(key, what it hashes) for ``model``'s tower (a `VitBert`) over the image cache."""
+def frozen_module(model: Any, part: str) -> torch.nn.Module:
+    """The module of ``model`` (a `VitBert`) that ``part`` names: its image tower, or that
+    tower's CNN backbone (a hybrid front end's)."""
+    if part == "tower":
+        return model.image_tower
+    backbone = getattr(model.image_tower.patch_embed, "backbone", None)
+    if part != "backbone" or backbone is None:
+        raise DataError(f"cannot cache the {part!r} of a {model.config.image.kind} tower: a "
+                        f"frozen backbone needs image.kind: hybrid")
+    return backbone
+
+
+def compute_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on a GPU or on a CPU with bf16 instructions (oneDNN's), else fp32."""
+    if device.type == "cuda":
+        return torch.bfloat16
+    return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+
+
+def feature_key(image_cache: str | Path, model: Any, part: str = "tower",
+                dtype: torch.dtype = torch.float32) -> tuple[str, dict[str, Any]]:
+    """(key, what it hashes) for ``part`` of ``model``'s tower (a `VitBert`) over the image
+    cache, computed in ``dtype``."""
     meta = read_meta(image_cache)
     if meta is None:
         raise DataError(f"{image_cache}: no complete image cache (cache.json missing); build it "
                         f"first (the data module's prepare_data, or scripts/prepare_data.py)")
     basis = {"version": FEATURES_VERSION, "dtype": np.dtype(FEATURE_DTYPE).name,
+             "compute_dtype": str(dtype).removeprefix("torch."), "part": part,
              "image_cache": meta["settings"], "tower": asdict(model.config.image),
              "image_tokens": model.config.image_tokens,
-             "weights": weights_hash(model.image_tower)}
+             "weights": weights_hash(frozen_module(model, part))}
     key = hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
     return key, basis
 
@@ -73,49 +108,59 @@ def feature_key(image_cache: str | Path, model: Any) -> tuple[str, dict[str, Any
 
 @dataclass
 class ImageFeatures:
-    """A complete feature cache: the .npy of (R, N, D_img) float16 rows and its key."""
+    """A complete feature cache: the .npy of float16 rows, its key, and the part it holds."""
 
     path: Path
     key: str
+    part: str = "tower"
 
     def array(self) -> np.ndarray:
         return np.load(self.path, mmap_mode="r")
 
     def wrap(self, dataset: CaptionDataset) -> FeatureDataset:
         """The same items as ``dataset``, carrying the photo's features instead of its pixels."""
-        return FeatureDataset(dataset, self.path)
+        return FeatureDataset(dataset, self.path, PARTS[self.part])
 
 
 def _paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
     return cache_dir / f"features-{key}.npy", cache_dir / f"features-{key}.json"
 
 
-@torch.no_grad()
-def build_image_features(model: Any, image_cache: str | Path, batch_size: int = 64,
-                         progress: bool = True) -> ImageFeatures:
-    """The feature cache of ``model``'s (a `VitBert`) image tower over every photo of the image
-    cache at ``image_cache``, built unless a current one is there; on the model's device."""
+def build_image_features(model: Any, image_cache: str | Path, part: str = "tower",
+                         batch_size: int = 64, progress: bool = True) -> ImageFeatures:
+    """The feature cache of ``part`` of ``model``'s (a `VitBert`) image tower over every photo
+    of the image cache at ``image_cache``, built unless a current one is there; on the model's
+    device (module doc)."""
     cache_dir = Path(image_cache)
-    key, basis = feature_key(cache_dir, model)
+    device = next(model.parameters()).device
+    dtype = compute_dtype(device)
+    key, basis = feature_key(cache_dir, model, part, dtype)
     npy, meta = _paths(cache_dir, key)
     if meta.is_file() and npy.is_file():
-        return ImageFeatures(npy, key)
+        return ImageFeatures(npy, key, part)
     images = np.load(cache_dir / "images.npy", mmap_mode="r")  # (R, 3, S, S) uint8
-    device = next(model.parameters()).device
+    module = frozen_module(model, part)
     tower, was_training = model.image_tower, model.image_tower.training
-    tower.eval()
+    tower.eval().to(memory_format=torch.channels_last)
     tmp = temp_path(npy)  # hidden, per process: never matched by the stale-file sweep below
     out: np.ndarray | None = None
     try:
         starts = range(0, len(images), batch_size)
-        for start in tqdm(starts, desc="image features", unit="batch", disable=not progress,
-                          leave=False):
+        for start in tqdm(starts, desc=f"image features ({part})", unit="batch",
+                          disable=not progress, leave=False):
             pixels = torch.from_numpy(np.array(images[start : start + batch_size])).to(device)
-            tokens = model.tower_tokens(pixels).float().cpu().numpy()  # (b, N, D_img)
+            pixels = pixels.contiguous(memory_format=torch.channels_last)
+            with torch.inference_mode(), torch.autocast(device.type, dtype,
+                                                        enabled=dtype != torch.float32):
+                if module is tower:
+                    features = model.tower_tokens(pixels)  # (b, N, D_img)
+                else:
+                    features = tower.patch_embed.features(tower.normalize(pixels))  # (b, C, h, w)
+            features = features.float().cpu().numpy()
             if out is None:
                 out = np.lib.format.open_memmap(tmp, mode="w+", dtype=FEATURE_DTYPE,
-                                                shape=(len(images), *tokens.shape[1:]))
-            out[start : start + len(tokens)] = tokens
+                                                shape=(len(images), *features.shape[1:]))
+            out[start : start + len(features)] = features
         if out is None:
             raise DataError(f"{cache_dir / 'images.npy'} holds no images; rebuild the cache")
         out.flush()
@@ -124,27 +169,29 @@ def build_image_features(model: Any, image_cache: str | Path, batch_size: int = 
         os.replace(tmp, npy)
     finally:
         tmp.unlink(missing_ok=True)
-        tower.train(was_training)
+        tower.train(was_training).to(memory_format=torch.contiguous_format)
     for stale in cache_dir.glob("features-*"):  # other keys: another tower, or other photos
         if stale.name not in (npy.name, meta.name):
             stale.unlink(missing_ok=True)
     atomic_write(meta, json.dumps({**basis, "key": key, "shape": shape}, indent=2))
-    return ImageFeatures(npy, key)
+    return ImageFeatures(npy, key, part)
 
 
-def attach_image_features(trainer: Any, model: Any, batch_size: int = 64) -> ImageFeatures:
-    """Build (rank zero) or open the feature cache of ``model``'s tower over the trainer's data
-    module's image cache, and switch the data module's loaders to it."""
+def attach_image_features(trainer: Any, model: Any, part: str = "tower",
+                          batch_size: int = 64) -> ImageFeatures:
+    """Build (rank zero) or open the feature cache of ``part`` of ``model``'s tower over the
+    trainer's data module's image cache, and switch the data module's loaders to it."""
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is None or not hasattr(datamodule, "use_image_features"):
-        raise DataError("model.freeze_image_tower: true needs vitbert's CaptionDataModule (its "
-                        "image cache holds the photos whose features are cached); unset it or "
-                        "train with data: a CaptionDataModule")
+        raise DataError(f"model.freeze_image_{part}: true needs vitbert's CaptionDataModule (its "
+                        f"image cache holds the photos whose features are cached); unset it or "
+                        f"train with data: a CaptionDataModule")
     datamodule.check_image_features()
     if trainer.is_global_zero:
-        build_image_features(model, datamodule.cache_dir, batch_size)
+        build_image_features(model, datamodule.cache_dir, part, batch_size)
     trainer.strategy.barrier("image_features")
-    features = build_image_features(model, datamodule.cache_dir, batch_size, progress=False)
+    features = build_image_features(model, datamodule.cache_dir, part, batch_size,
+                                    progress=False)
     datamodule.use_image_features(features)
     return features
 
@@ -153,12 +200,15 @@ def attach_image_features(trainer: Any, model: Any, batch_size: int = 64) -> Ima
 
 
 class FeatureDataset(Dataset):
-    """A `CaptionDataset`'s items with ``image_features`` (N, D_img) float16 in place of
-    ``image``. The memmap is opened lazily in each worker process."""
+    """A `CaptionDataset`'s items with the photo's cached features (float16) under ``key``
+    (:data:`FEATURES_KEY` or :data:`BACKBONE_KEY`) in place of ``image``. The memmap is opened
+    lazily in each worker process."""
 
-    def __init__(self, captions: CaptionDataset, features_path: str | Path):
+    def __init__(self, captions: CaptionDataset, features_path: str | Path,
+                 key: str = FEATURES_KEY):
         self.captions = captions
         self.features_path = Path(features_path)
+        self.key = key
         self._features: np.ndarray | None = None
 
     @property
@@ -172,7 +222,7 @@ class FeatureDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = int(self.captions.rows[i])
-        return {FEATURES_KEY: torch.from_numpy(np.array(self.features[row])),
+        return {self.key: torch.from_numpy(np.array(self.features[row])),
                 "caption": self.captions.captions[i], "index": i, "row": row}
 
     def __getstate__(self) -> dict[str, Any]:  # never pickle the memmap into workers
@@ -184,6 +234,6 @@ class FeatureDataset(Dataset):
 # ----------------------------------------------------------------------------- batches
 
 # The batch key, and `vitbert.models.Photos`' field: (B,) long, the photo each caption sees among
-# the batch's P distinct photos (`images` (P, 3, S, S) or `image_features` (P, N, D_img)). Without
-# it the photos are one per caption, in caption order.
+# the batch's P distinct photos (`images` (P, 3, S, S), or their cached features). Without it the
+# photos are one per caption, in caption order.
 IMAGE_INDEX = "image_index"

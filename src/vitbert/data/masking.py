@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from .features import FEATURES_KEY, IMAGE_INDEX
+from .features import IMAGE_INDEX, PARTS
 from .resume import MASK_KEY
 
 # Function words and punctuation: most masked pieces are these, and they say little about the
@@ -57,8 +57,8 @@ class MLMCollator:
     `attention_mask` bool (B, T), `labels` long (B, T) (-100 where not a target), `content_mask`
     bool (B, T) (the pieces of content words, targets or not), `index` long (B,), `image_id`
     long (B,) (the item's cache `row`: which photo); `extra` (a data source's, :class:`BatchExtra`)
-    adds its own fields. Items with `image_features` (N, D_img) instead of `image` give
-    `image_features` (P, N, D_img).
+    adds its own fields. Items with a frozen part's cached features (`data.features.PARTS`)
+    instead of `image` give those, stacked (P, …), under the same key.
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
 
     Why each photo once: Flickr30k has five captions per photo, and a loader that keeps them
@@ -191,8 +191,9 @@ class MLMCollator:
             first.setdefault(image_id, item)
         slot = {image_id: p for p, image_id in enumerate(first)}  # image id → its photo's place
         image_index = [slot[image_id] for image_id in image_ids]  # (B,) into the P photos
-        if FEATURES_KEY in items[0]:  # a frozen tower's cached output (data.features)
-            photos = {FEATURES_KEY: torch.stack([it[FEATURES_KEY] for it in first.values()])}
+        cached = next((key for key in PARTS.values() if key in items[0]), None)
+        if cached is not None:  # a frozen part's cached output (data.features)
+            photos = {cached: torch.stack([it[cached] for it in first.values()])}
         else:  # (P, 3, S, S) uint8 pixels, one crop per photo when augmenting
             photos = {"images": torch.stack([self._image(it["image"]) for it in first.values()])}
         if self.extra is not None:  # drawn after every mask, so the masks are the same

@@ -1,4 +1,4 @@
-"""Pretrained timm ViT weights, renamed for our image tower and handed to the one transfer.
+"""Pretrained timm weights, renamed for our image tower and handed to the one transfer.
 
 timm's ViT is pre-norm with the same block layout and names as ours (``qkv``, ``proj``, ``fc1``,
 ``fc2``, ``norm1``, ``norm2``), so the mapping is a renaming of a few prefixes:
@@ -11,6 +11,11 @@ timm's ViT is pre-norm with the same block layout and names as ours (``qkv``, ``
     blocks.{i}.*                  encoder.blocks.{i}.*
     norm.*                        encoder.norm.*
     head.*, fc_norm.*, …          — (kept under timm's name: reported as not used)
+
+A file that holds every tensor of the tower's CNN backbone (a hybrid tower's,
+``image.backbone``: ``weights/tf_efficientnet_lite0.safetensors``, timm's own state dict of that
+CNN) is read under the backbone's names, ``patch_embed.backbone.*``, whatever its keys look like:
+the mapping follows the module the weights are for.
 
 A source is a timm model name (``timm.create_model(name, pretrained=True)``: needs network or a
 warm Hugging Face cache), a local ``.safetensors`` / ``.pth`` / ``.bin`` file (possibly nested
@@ -39,7 +44,7 @@ def load_image_weights(tower: ViT, source: str | Path | Mapping[str, Tensor]) ->
     is written; a position table on another grid is resampled.
     """
     state, name, pretrained_cfg = read_timm_state_dict(source)
-    report = transfer_weights(tower, StoredModel(None, to_our_names(state), None, name),
+    report = transfer_weights(tower, StoredModel(None, to_our_names(state, tower), None, name),
                               strict=True)
     if tower.attention_radius is not None:  # timm's ViTs were trained with global attention
         report.notes.append(f"the weights were trained with every patch seeing every patch; "
@@ -84,8 +89,13 @@ def save_image_weights(tower: ViT, path: Path) -> int:
     return len(state)
 
 
-def to_our_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """timm's keys renamed; register-token rows taken out of the position table."""
+def to_our_names(state: Mapping[str, Tensor], tower: ViT | None = None) -> dict[str, Tensor]:
+    """timm's keys renamed for ``tower``: a CNN's own weights, when they are every tensor of the
+    tower's CNN backbone, under the backbone; else a ViT's, register-token rows taken out of the
+    position table."""
+    backbone = getattr(getattr(tower, "patch_embed", None), "backbone", None)
+    if backbone is not None and set(backbone.state_dict()) <= set(state):
+        return {f"patch_embed.backbone.{key}": value for key, value in state.items()}
     state = dict(state)
     if "reg_token" in state and TIMM_POSITIONS in state:
         table, registers = state[TIMM_POSITIONS], state["reg_token"].shape[1]

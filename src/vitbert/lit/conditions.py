@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX
+from vitbert.data.features import IMAGE_INDEX, PARTS
 from vitbert.lit.objectives import Batch, masked_logits
 
 
@@ -29,7 +29,7 @@ def select_captions(batch: Batch, keep: Tensor) -> Batch:
     """The captions ``keep`` (B,) bool of ``batch``: per-caption keys are sliced; the batch's
     distinct photos stay whole (their ``image_index`` is sliced, so each kept caption keeps its
     photo)."""
-    photos = (FEATURES_KEY, "images") if IMAGE_INDEX in batch else ()
+    photos = (*PARTS.values(), "images") if IMAGE_INDEX in batch else ()
     return {key: value if key in photos else value[keep] for key, value in batch.items()}
 
 

@@ -61,6 +61,10 @@ class MaskedLMModule(L.LightningModule):
             (lets a fresh projector and text tower settle before a pretrained tower is moved).
         freeze_image_tower: keep the image tower fixed for the whole run; its output per photo is
             computed once into a feature cache (`vitbert.data.features`).
+        freeze_image_backbone: keep a hybrid tower's CNN (``image.backbone``) fixed for the whole
+            run, in eval mode; its feature map per photo (its mean, with
+            ``image.backbone_pool``) is computed once into the feature cache, and every part after
+            it (projection, blocks, pooling) trains.
         num_examples: example predictions printed at each validation.
     """
 
@@ -69,7 +73,7 @@ class MaskedLMModule(L.LightningModule):
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  vocab_size: int = 0, pad_token_id: int = 0, init_from: str | None = None,
                  freeze_image_tower_steps: int = 0, freeze_image_tower: bool = False,
-                 num_examples: int = 3) -> None:
+                 freeze_image_backbone: bool = False, num_examples: int = 3) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -88,6 +92,13 @@ class MaskedLMModule(L.LightningModule):
                             objectives=[o.settings() for o in self.objectives])
         self.net = VitBert(net)
         self.net.image_tower.requires_grad_(not freeze_image_tower)
+        if freeze_image_backbone:
+            backbone = getattr(self.net.image_tower.patch_embed, "backbone", None)
+            if backbone is None:
+                raise ValueError(f"model.freeze_image_backbone freezes a hybrid tower's CNN, and "
+                                 f"this tower ({net.image.kind}) has none: set "
+                                 f"image.kind: hybrid (with image.backbone), or unset it")
+            backbone.requires_grad_(False)
         # The objectives' heads are the module's own, under the names checkpoints keep them by.
         self.heads: dict[str, nn.Module] = {}
         for objective in self.objectives:
@@ -112,7 +123,9 @@ class MaskedLMModule(L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
-        freezing = FrozenImageTower(hp.freeze_image_tower_steps, hp.freeze_image_tower)
+        frozen = ("tower" if hp.freeze_image_tower
+                  else "backbone" if hp.get("freeze_image_backbone") else None)
+        freezing = FrozenImageTower(hp.freeze_image_tower_steps, frozen)
         return [freezing] + ([ExamplePredictions(hp.num_examples)] if hp.num_examples else [])
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX
+from vitbert.data.features import BACKBONE_KEY, FEATURES_KEY, IMAGE_INDEX
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.models import Photos, VitBert, WordDetectorHead
 from vitbert.models.multimodal import AttentionMode
@@ -50,9 +50,13 @@ Batch = dict[str, Tensor]
 
 
 def tower_output(net: VitBert, batch: Batch) -> Tensor:
-    """(P, N, D_img): the image tower's output for the batch's P photos, run once (or a frozen
-    tower's cache, which the batch then carries instead of pixels)."""
-    return batch[FEATURES_KEY] if FEATURES_KEY in batch else net.tower_tokens(batch["images"])
+    """(P, N, D_img): the image tower's output for the batch's P photos, run once: from pixels,
+    from a frozen CNN backbone's cached output, or a frozen tower's cached output itself."""
+    if FEATURES_KEY in batch:
+        return batch[FEATURES_KEY]
+    if BACKBONE_KEY in batch:
+        return net.tower_tokens_from_backbone(batch[BACKBONE_KEY])
+    return net.tower_tokens(batch["images"])
 
 
 def caption_photos(batch: Batch) -> Tensor:

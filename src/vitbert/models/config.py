@@ -45,8 +45,9 @@ class ImageTowerConfig(TowerConfig):
     """The ViT: its encoder stack, which patch embedding, how to pool, which pixels it expects."""
 
     kind: Literal["vit", "hybrid", "conv_stem"] = "conv_stem"
-    """Patch embedding: ``vit`` (a conv patchify), ``hybrid`` (a ResNetV2 feature map, R50+ViT) or
-    ``conv_stem`` (two 3×3 convs then a patch conv, for small pictures)."""
+    """Patch embedding: ``vit`` (a conv patchify), ``hybrid`` (a CNN's feature map: ResNetV2 as in
+    R50+ViT, or ``backbone``) or ``conv_stem`` (two 3×3 convs then a patch conv, for small
+    pictures)."""
     image_size: int = 32
     """Side of the square input picture in pixels."""
     patch_size: int = 4
@@ -57,8 +58,17 @@ class ImageTowerConfig(TowerConfig):
     """Prepend a learned class token (needed by ``pool: cls`` and by timm's ViT weights)."""
     pool: Literal["mean", "cls"] = "mean"
     """The one image vector: the mean of the patch tokens, or the class token."""
+    backbone: str | None = None
+    """The ``hybrid`` front end's CNN: null = the ViT paper's ResNetV2 (``hybrid_layers``); a timm
+    CNN's name (``tf_efficientnet_lite0``, ``resnet50``, …) = that CNN's last feature map, one token
+    per cell (``patch_size`` 1), its weights from ``pretrained``."""
+    backbone_pool: bool = False
+    """``hybrid`` only: average the CNN's feature map to one cell before the projection: one image
+    token for the whole photo (the course's pooled token), and a frozen backbone's cache holds one
+    vector per photo instead of its map."""
     hybrid_layers: tuple[int, ...] = (3, 4, 9)
-    """ResNetV2 stage depths of the ``hybrid`` front end; () = the stem only."""
+    """ResNetV2 stage depths of the ``hybrid`` front end without ``backbone``; () = the stem
+    only."""
     stem_hidden_dim: int = 16
     """Channels of the two 3×3 convs of ``conv_stem``."""
     attention_radius: int | None = None
@@ -81,6 +91,9 @@ class ImageTowerConfig(TowerConfig):
         self.std = tuple(self.std)
         if self.pool == "cls" and not self.class_token:
             raise ValueError("pool='cls' needs class_token=True")
+        if (self.backbone or self.backbone_pool) and self.kind != "hybrid":
+            raise ValueError(f"image.backbone and image.backbone_pool set the hybrid front end: "
+                             f"use kind: hybrid (not {self.kind})")
         if self.attention_radius is not None and self.attention_radius < 0:
             raise ValueError(f"attention_radius={self.attention_radius}: a patch must see itself; "
                              f"use 0 or more, or null for every patch")

@@ -115,7 +115,16 @@ class VitBert(nn.Module):
         """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S) → the tower's output tokens before
         the projector (B, N, D_img): the pooled one or every patch. A frozen tower's are cached
         (`vitbert.data.features`)."""
-        pooled, patches = self.image_tower(self.image_tower.normalize(images))
+        return self._image_tokens_of(self.image_tower(self.image_tower.normalize(images)))
+
+    def tower_tokens_from_backbone(self, features: Tensor) -> Tensor:
+        """:meth:`tower_tokens` from a hybrid tower's CNN output (B, C, h, w), cached when the
+        CNN is frozen (`vitbert.data.features`, stored in fp16: read in the model's dtype)."""
+        features = features.to(self.projector.proj.weight.dtype)
+        return self._image_tokens_of(self.image_tower.forward_backbone_features(features))
+
+    def _image_tokens_of(self, tower: tuple[Tensor, Tensor]) -> Tensor:
+        pooled, patches = tower
         return pooled[:, None] if self.config.image_tokens == "pooled" else patches
 
     def photos(self, images: Tensor, index: Tensor | None = None,

@@ -72,21 +72,23 @@ class ConvStem(nn.Module):
 
 
 class HybridEmbed(nn.Module):
-    """A ResNet front end whose feature-map cells become the tokens (the ViT paper's R50+ViT-B/16).
+    """A CNN's last feature map as the tokens: the ViT paper's hybrid (R50+ViT-B/16), generalised.
 
-    The backbone is timm's ResNetV2 built exactly as timm's hybrid ViTs build it (``StdConv2dSame``
-    weight-standardised convs, GroupNorm, "same" padding, no pre-activation), so the keys under
-    ``backbone`` are timm's ``patch_embed.backbone.*`` and pretrained hybrid weights load unchanged.
-    ``layers=()`` is the stem alone (``vit_tiny_r_s16_p8``): a 7×7/2 conv and a 3×3/2 max pool.
-    A P×P conv ``proj`` (P = 1: one token per cell) maps the feature map to the ViT width.
+    The ``backbone`` is any CNN that maps pixels to a feature map of ``feature_dim`` channels at
+    ``1 / reduction`` of the input's side: timm's ResNetV2 built exactly as timm's hybrid ViTs
+    build it (:func:`resnetv2_backbone`, so pretrained hybrid weights load unchanged) or any timm
+    CNN (:func:`timm_backbone`: EfficientNet, ResNet, …, its ``forward_features``). A P×P conv
+    ``proj`` (P = 1: one token per cell) maps the feature map to the ViT width; with ``pool`` the
+    map is averaged to one cell first, one token for the whole photo (the course's pooled image
+    token). :meth:`features` and :meth:`embed` split the two steps, so a frozen backbone's output
+    can be computed once per photo and cached (`vitbert.data.features`).
     """
 
-    def __init__(
-        self, img_size: int | tuple[int, int] = 224, patch_size: int = 1, in_chans: int = 3,
-        embed_dim: int = 768, layers: tuple[int, ...] = (3, 4, 9),
-    ) -> None:
+    def __init__(self, backbone: nn.Module, feature_dim: int, reduction: int,
+                 img_size: int | tuple[int, int] = 224, patch_size: int = 1,
+                 embed_dim: int = 768, pool: bool = False) -> None:
         super().__init__()
-        self.backbone, feature_dim, reduction = resnetv2_backbone(tuple(layers), in_chans)
+        self.backbone = backbone
         img_size = _pair(img_size)
         step = reduction * patch_size
         if img_size[0] % step or img_size[1] % step:
@@ -94,14 +96,39 @@ class HybridEmbed(nn.Module):
                 f"image size {img_size} is not a multiple of {step} "
                 f"(backbone reduction {reduction} × patch {patch_size})"
             )
-        self.patch_size = patch_size
-        self.reduction = reduction
-        self.grid_size = (img_size[0] // step, img_size[1] // step)
+        if pool and patch_size != 1:
+            raise ValueError(f"a pooled feature map is one cell: patch_size must be 1, not "
+                             f"{patch_size}")
+        self.pool = pool
+        # Pixels per token: the whole photo when pooled, so the tower's grid is 1 × 1.
+        self.patch_size, self.reduction = patch_size, (img_size[0] if pool else reduction)
+        self.grid_size = (1, 1) if pool else (img_size[0] // step, img_size[1] // step)
         self.proj = nn.Conv2d(feature_dim, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.proj(self.backbone(x))  # (B, C, H/r, W/r) -> (B, D, rows, cols)
+        return self.embed(self.features(x))  # (B, N, D)
+
+    def features(self, x: Tensor) -> Tensor:
+        """Pixels (B, 3, H, W) → the backbone's feature map (B, C, H/r, W/r), or its mean
+        (B, C, 1, 1) when pooled: what a frozen backbone's cache holds."""
+        x = self.backbone(x)
+        return x.mean(dim=(2, 3), keepdim=True) if self.pool else x
+
+    def embed(self, features: Tensor) -> Tensor:
+        """The feature map (B, C, h, w) → tokens (B, N, D), N = h·w / P²."""
+        x = self.proj(features)  # (B, D, rows, cols)
         return x.flatten(2).transpose(1, 2)  # (B, N, D)
+
+
+def timm_backbone(name: str, in_chans: int = 3) -> tuple[nn.Module, int, int]:
+    """Any timm CNN by name, built without weights (a run loads them when it starts,
+    ``image.pretrained``), its classifier and pooling removed: calling it gives its last feature
+    map. Returns (backbone, output channels, total stride)."""
+    import timm
+
+    backbone = timm.create_model(name, pretrained=False, num_classes=0, global_pool="",
+                                 in_chans=in_chans)
+    return backbone, backbone.num_features, backbone.feature_info[-1]["reduction"]
 
 
 def resnetv2_backbone(layers: tuple[int, ...], in_chans: int = 3) -> tuple[nn.Module, int, int]:

@@ -14,7 +14,13 @@ import torch
 from torch import Tensor, nn
 
 from vitbert.models.config import ImageTowerConfig
-from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
+from vitbert.models.patch_embed import (
+    ConvStem,
+    HybridEmbed,
+    PatchEmbed,
+    resnetv2_backbone,
+    timm_backbone,
+)
 from vitbert.nn import AttentionContext, BlockConfig, Encoder, LearnedPosition, local_mask
 from vitbert.nn.attention import NO_CONTEXT
 
@@ -109,24 +115,36 @@ class ViT(nn.Module):
                                            self.pos_embed.weight.device))
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor]:
-        x = self.features(images)  # (B, prefix + N, D)
-        tokens = x[:, self.num_prefix_tokens:]  # (B, N, D)
-        pooled = x[:, 0] if self.pool == "cls" else tokens.mean(dim=1)  # (B, D)
-        return pooled, tokens
+        return self.pool_tokens(self.features(images))
+
+    def forward_backbone_features(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`forward` from a hybrid front end's backbone output (B, C, h, w) (a frozen
+        backbone's cache: `vitbert.data.features`): the rest of the tower, which trains."""
+        P = self.patch_embed.patch_size
+        grid = (features.shape[-2] // P, features.shape[-1] // P)
+        return self.pool_tokens(self.encode(self.patch_embed.embed(features), grid))
 
     def features(self, images: Tensor) -> Tensor:
         """Normalised images (B, 3, H, W) → every token after the final LayerNorm
         (B, prefix + N, D): the class token (if any), then the patches in row-major order."""
-        B, _, H, W = images.shape
+        _, _, H, W = images.shape
         if H % self.stride or W % self.stride:
             raise ValueError(f"{H}×{W} pixels do not tile into {self.stride}-pixel tokens; "
                              f"use a multiple of {self.stride}")
-        grid = (H // self.stride, W // self.stride)
-        x = self.patch_embed(images)  # (B, N, D)
+        return self.encode(self.patch_embed(images), (H // self.stride, W // self.stride))
+
+    def encode(self, x: Tensor, grid: tuple[int, int]) -> Tensor:
+        """Patch tokens (B, N, D) on a ``grid`` → (class token +) positions → the encoder."""
         if self.cls_token is not None:
-            x = torch.cat((self.cls_token.expand(B, -1, -1), x), dim=1)  # (B, 1 + N, D)
+            x = torch.cat((self.cls_token.expand(len(x), -1, -1), x), dim=1)  # (B, 1 + N, D)
         x = x + self.positions(grid)
         return self.encoder(x, self.context(grid))  # (B, prefix + N, D)
+
+    def pool_tokens(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The encoder's output (B, prefix + N, D) → (pooled (B, D), patch tokens (B, N, D))."""
+        tokens = x[:, self.num_prefix_tokens:]  # (B, N, D)
+        pooled = x[:, 0] if self.pool == "cls" else tokens.mean(dim=1)  # (B, D)
+        return pooled, tokens
 
 
 def build_patch_embed(cfg: ImageTowerConfig) -> nn.Module:
@@ -134,8 +152,10 @@ def build_patch_embed(cfg: ImageTowerConfig) -> nn.Module:
     if cfg.kind == "vit":
         return PatchEmbed(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim)
     if cfg.kind == "hybrid":
-        return HybridEmbed(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim,
-                           cfg.hybrid_layers)
+        backbone = (timm_backbone(cfg.backbone, cfg.in_chans) if cfg.backbone
+                    else resnetv2_backbone(cfg.hybrid_layers, cfg.in_chans))
+        return HybridEmbed(*backbone, cfg.image_size, cfg.patch_size, cfg.dim,
+                           cfg.backbone_pool)
     if cfg.kind == "conv_stem":
         return ConvStem(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim,
                         cfg.stem_hidden_dim)
