@@ -1,15 +1,15 @@
-"""The shapes data's own caption score, and how it reaches the caption evaluation: through
-the source (``ShapesSource.caption_scores``), never through the core."""
+"""The shapes data's own caption score (vitbert.shapes.captions), and how it reaches the caption
+evaluation: through the source (``ShapesSource.caption_scores``), never through the core."""
 
-from vitbert.data.shapes_captions import (
+from vitbert.data import Flickr30kSource
+from vitbert.lit.summary import format_caption_figures
+from vitbert.shapes import ShapesSource
+from vitbert.shapes.captions import (
     CAPTION_SCORE_LABELS,
     colour_shape_shares,
     colours_and_shapes_right,
     object_verdicts,
 )
-
-from vitbert.data import Flickr30kSource, ShapesSource
-from vitbert.lit.summary import format_caption_figures
 
 
 def test_colour_and_shape_words():

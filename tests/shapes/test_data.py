@@ -1,4 +1,5 @@
-"""The generated shapes data: deterministic, captions true to the pictures, compositional split."""
+"""The generated shapes data (vitbert.shapes.data): deterministic, captions true to the pictures,
+compositional split."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import re
 
 import numpy as np
 
-from vitbert.data import shapes
 from vitbert.data.cache import CaptionDataset
+from vitbert.shapes import data as shapes
 
 PATTERN = re.compile(
     r"^(?:there is |a |the )?(?:a |the )?(small|large) (\w+) (\w+) (?:is |sits )?(?:to the )?"

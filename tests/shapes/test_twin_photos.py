@@ -1,16 +1,25 @@
-"""Twin photos: which captions are twins, what an item carries, what the collator marks."""
+"""Twin photos (vitbert.shapes.twins): which captions are twins, what an item carries, what the
+collator marks, and how ShapesSource(twin_photos=True) serves them."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from vitbert.data.twins import TwinPhotos, content_words, find_twins
 
-from vitbert.data import ShapesSource
-from vitbert.data.cache import DataError
 from vitbert.data.datamodule import CaptionDataModule
+from vitbert.data.features import FEATURES_KEY, build_image_features
 from vitbert.data.masking import MLMCollator
 from vitbert.data.tokenizer import train_wordpiece
+from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
+from vitbert.shapes import ShapesSource
+from vitbert.shapes.twins import (
+    TWIN_KEYS,
+    TwinPhotos,
+    collate_twins,
+    content_words,
+    find_twins,
+    twin_contrast_loss,
+)
 
 CAPTIONS = [
     "a small red circle left of a large blue square.",  # 0
@@ -62,8 +71,8 @@ def test_the_collator_shows_each_caption_one_twin_and_marks_the_exchanged_words(
     data = TwinPhotos(Photos())
     assert data.share() == pytest.approx(6 / 7)
     assert data[0]["twin_images"].shape == (2, 3, 4, 4)
-    batch = MLMCollator(tokenizer, mlm_probability=0.3, deterministic=True)(
-        [data[i] for i in range(7)])
+    batch = MLMCollator(tokenizer, mlm_probability=0.3, deterministic=True,
+                        extra=collate_twins)([data[i] for i in range(7)])
     assert batch["twin_index"][4] == -1  # no twin
     caption = torch.where(batch["labels"] == -100, batch["input_ids"], batch["labels"])
     twins = find_twins(CAPTIONS, PHOTOS)
@@ -77,23 +86,52 @@ def test_the_collator_shows_each_caption_one_twin_and_marks_the_exchanged_words(
 
 
 def test_twins_change_no_mask(tokenizer):
-    collator = MLMCollator(tokenizer, mlm_probability=0.3, deterministic=True)
-    plain = collator([Photos()[i] for i in range(7)])
-    twins = collator([TwinPhotos(Photos())[i] for i in range(7)])
+    plain = MLMCollator(tokenizer, mlm_probability=0.3, deterministic=True)(
+        [Photos()[i] for i in range(7)])
+    twins = MLMCollator(tokenizer, mlm_probability=0.3, deterministic=True,
+                        extra=collate_twins)([TwinPhotos(Photos())[i] for i in range(7)])
+    assert set(TWIN_KEYS) <= set(twins)
     for key in ("input_ids", "labels", "attention_mask", "images", "image_index"):
         torch.testing.assert_close(twins[key], plain[key])
 
 
-def test_a_datamodule_serves_twins_in_training_only_and_refuses_a_frozen_tower(tmp_path):
-    source = ShapesSource(root=str(tmp_path / "shapes"), num_train=64, num_val=16, num_test=16)
-    dm = CaptionDataModule(source=source, batch_size=16, num_workers=0, max_length=32,
-                           persistent_workers=False, twin_photos=True)
-    dm.prepare_data()
-    dm.setup("fit")
+def test_a_datamodule_serves_twins_in_training_only_and_only_from_a_twin_source(tmp_path):
+    def module(twin_photos: bool) -> CaptionDataModule:
+        source = ShapesSource(root=str(tmp_path / "shapes"), num_train=64, num_val=16,
+                              num_test=16, twin_photos=twin_photos)
+        dm = CaptionDataModule(source=source, batch_size=16, num_workers=0, max_length=32,
+                               persistent_workers=False)
+        dm.prepare_data()
+        dm.setup("fit")
+        return dm
+
+    dm = module(twin_photos=True)
     batch = next(iter(dm.train_dataloader()))
     assert {"twin_images", "twin_index", "twin_mask"} <= set(batch)
     assert batch["twin_mask"].shape == batch["input_ids"].shape
     assert "twin_index" not in next(iter(dm.val_dataloader()))
-    dm.use_image_features(object())  # what model.freeze_image_tower: true hands over
-    with pytest.raises(DataError, match=r"twin_photos: true.*freeze_image_tower: true"):
-        dm.train_dataloader()
+    assert not set(TWIN_KEYS) & set(next(iter(module(twin_photos=False).train_dataloader())))
+
+
+def test_a_frozen_towers_batches_carry_no_twins_and_the_contrast_says_why(tmp_path):
+    """What model.freeze_image_tower: true hands the data module: the tower's cached output
+    stands in for the photos, so the twins' photos (which the contrast runs through the tower)
+    are not served, and the twin contrast refuses such a batch naming the frozen tower.
+    (Replaces the data module's old DataError at loader creation: the source's extra fields are
+    now the source's, and the loss that needs them says what is missing.)"""
+    source = ShapesSource(root=str(tmp_path / "shapes"), num_train=64, num_val=16, num_test=16,
+                          twin_photos=True)
+    dm = CaptionDataModule(source=source, batch_size=16, num_workers=0, max_length=32,
+                           persistent_workers=False)
+    dm.prepare_data()
+    dm.setup("fit")
+    image = ImageTowerConfig(kind="vit", image_size=32, patch_size=8, dim=16, depth=1,
+                             num_heads=2)
+    net = VitBert(VitBertConfig(image=image, text=TextTowerConfig(dim=16, depth=1, num_heads=2),
+                                vocab_size=dm.num_tokens))
+    dm.use_image_features(build_image_features(net, dm.cache_dir, progress=False))
+    batch = next(iter(dm.train_dataloader()))
+    assert FEATURES_KEY in batch and "images" not in batch
+    assert not set(TWIN_KEYS) & set(batch)
+    with pytest.raises(ValueError, match=r"twin_photos true \(and no frozen image tower\)"):
+        twin_contrast_loss(net, batch, batch[FEATURES_KEY])

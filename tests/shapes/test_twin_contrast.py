@@ -1,4 +1,5 @@
-"""The twin contrast: the log-odds, chance at ln 2, a clear error, and a binding task it teaches.
+"""The twin contrast (vitbert.shapes.TwinContrast): the log-odds, chance at ln 2, clear errors,
+and a binding task it teaches.
 
 The learning test is a task elimination cannot solve: a picture of two objects (a colour and a
 form each), the caption "c1 f1 c2 f2" with one colour hidden, and the twin picture with the two
@@ -6,20 +7,22 @@ colours exchanged. Both pictures hold the same colours, so only reading which co
 form has tells them apart.
 """
 
+import dataclasses
 import math
-import warnings
 
 import pytest
 import torch
-from helpers import TINY_MODEL
-from tiny_run import tiny_shapes
-from vitbert.lit.twins import check_twin_settings, log_odds, twin_contrast_loss
+from helpers import TINY_MODEL, objectives
 
 from vitbert.cli import main
+from vitbert.data import Flickr30kSource
+from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.features import FEATURES_KEY
 from vitbert.lit.module import MaskedLMModule
-from vitbert.lit.objectives import training_loss
+from vitbert.lit.objectives import CaptionWriting, MaskedLM, TrainingStep
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
+from vitbert.shapes import BindingLevers, ShapesSource, TwinContrast
+from vitbert.shapes.twins import log_odds, twin_contrast_loss
 
 CLS, SEP, MASK = 2, 3, 4
 COLOURS, FORMS = 4, 4  # word ids 5-8 and 9-12
@@ -58,29 +61,43 @@ def scenes(batch_size: int, generator: torch.Generator) -> dict[str, torch.Tenso
             "twin_mask": twin_mask}
 
 
+def lookup(heads: int) -> BindingLevers | None:
+    """The neighbour lookup alone, over the projected image tokens (no hue-apart tower, no
+    places, no read sharing); 0 heads: no extension, no reader."""
+    if not heads:
+        return None
+    return BindingLevers(hue_dim=0, places=False, lookup_heads=heads, share_window=0,
+                         lookup_place=False)
+
+
 def task_model(lookup_heads: int) -> VitBert:
     torch.manual_seed(0)
     image = ImageTowerConfig(kind="vit", image_size=8, patch_size=4, dim=COLOURS + FORMS,
                              depth=1, num_heads=2)
     text = TextTowerConfig(dim=32, depth=2, num_heads=2, max_len=8)
     net = VitBert(VitBertConfig(image=image, text=text, vocab_size=13,
-                                neighbour_lookup_heads=lookup_heads))
+                                extension=lookup(lookup_heads)))
     net.tower_tokens = lambda codes: codes  # a photo is its objects' codes
     return net
+
+
+def contrast(net: VitBert, batch: dict, encoder_grad: bool = False) -> torch.Tensor:
+    """The twin loss of ``batch``, whose photos' tower output is the codes it carries."""
+    return twin_contrast_loss(net, batch, batch[FEATURES_KEY], encoder_grad=encoder_grad)
 
 
 def test_the_same_photo_as_its_own_twin_is_chance():
     batch = scenes(16, torch.Generator().manual_seed(0))
     batch["twin_images"] = batch[FEATURES_KEY]
-    loss = twin_contrast_loss(task_model(2), batch)
+    loss = contrast(task_model(2), batch)
     assert loss.item() == pytest.approx(math.log(2), abs=1e-5)
 
 
 def test_without_twin_photos_the_error_names_the_setting():
     batch = scenes(4, torch.Generator().manual_seed(0))
     del batch["twin_index"]
-    with pytest.raises(ValueError, match=r"data\.twin_photos: true"):
-        twin_contrast_loss(task_model(0), batch)
+    with pytest.raises(ValueError, match=r"--data\.source\.init_args\.twin_photos true"):
+        contrast(task_model(0), batch)
 
 
 def train_on_twins(net: VitBert, encoder_grad: bool = False, steps: int = 300
@@ -90,7 +107,7 @@ def train_on_twins(net: VitBert, encoder_grad: bool = False, steps: int = 300
     generator = torch.Generator().manual_seed(1)
     losses = []
     for _ in range(steps):
-        loss = twin_contrast_loss(net, scenes(64, generator), encoder_grad)
+        loss = contrast(net, scenes(64, generator), encoder_grad)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -111,38 +128,67 @@ def test_the_twin_contrast_teaches_the_lookup_to_bind_and_not_the_encoder_alone(
 
 def test_the_twin_contrast_trains_the_lookup_not_the_encoder():
     net = task_model(lookup_heads=2)
-    torch.nn.init.normal_(net.lookup.out.weight, std=0.02)  # at zero it passes no gradient on
+    lookup = net.reader.lookup
+    torch.nn.init.normal_(lookup.out.weight, std=0.02)  # at zero it passes no gradient on
     batch = scenes(16, torch.Generator().manual_seed(0))
-    _, parts = training_loss(net, batch, generation_probability=0.0, mask_token_id=MASK,
-                             twin_weight=1.0)
-    parts["train/twin_loss"].backward()  # as training computes it
+    objective = TwinContrast(weight=1.0)
+    assert objective.build(net) == {}  # it trains the network's reader: no head of its own
+    objective(net, TrainingStep(batch, batch[FEATURES_KEY], MASK)).backward()  # as training does
     encoder = [p.grad for p in net.text.encoder.parameters()]
     assert all(g is None or not g.any() for g in encoder), "the contrast reached the encoder"
-    assert all(p.grad is not None and p.grad.any() for p in net.lookup.parameters())
+    assert all(p.grad is not None and p.grad.any() for p in lookup.parameters())
     net.zero_grad()
-    twin_contrast_loss(net, batch, encoder_grad=True).backward()
+    contrast(net, batch, encoder_grad=True).backward()
     assert any(p.grad is not None and p.grad.any() for p in net.text.encoder.parameters())
+
+
+def test_the_twin_contrast_leaves_a_batch_another_objective_claimed():
+    """A batch claimed (by CaptionWriting) is re-masked for writing: the contrast, which reads the
+    collator's random mask, gives no loss there."""
+    net = task_model(lookup_heads=2)
+    batch = scenes(4, torch.Generator().manual_seed(0))
+    writing = CaptionWriting(probability=1.0)
+    step = TrainingStep(batch, batch[FEATURES_KEY], MASK, claimed_by=writing)
+    assert TwinContrast()(net, step) is None
 
 
 def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     steps = []
     monkeypatch.setattr(MaskedLMModule, "training_step", lambda *args: steps.append(1))
-    with pytest.raises(ValueError, match=r"add --data\.twin_photos true"):
-        main(["fit", "--trainer.max_steps", "1", "--model.twin_weight", "1",
-              "--model.net.neighbour_lookup_heads", "2", "--data.twin_photos", "false",
-              *tiny_shapes(tmp_path / "shapes", num_train=128), *TINY_MODEL])
+    with pytest.raises(ValueError, match=r"set --data\.source\.init_args\.twin_photos true"):
+        main(["fit", "--trainer.max_steps", "1", *objectives("mlm", "twins"),
+              "--data.source.init_args.twin_photos", "false",
+              "--data.source.init_args.root", str(tmp_path / "shapes"),
+              "--data.source.init_args.num_train", "128",
+              "--data.source.init_args.num_val", "64", "--data.source.init_args.num_test", "64",
+              "--data.batch_size", "64", "--data.num_workers", "0", *TINY_MODEL])
     assert not steps  # stopped before the first step, not at it
 
 
-def test_twin_photos_without_the_contrast_warn_that_they_go_unread():
-    with pytest.warns(UserWarning, match="model.twin_weight"):
-        check_twin_settings(0.0, True, lookup_heads=4)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_twin_settings(1.0, True, lookup_heads=4)  # the pair: neither
+def test_the_contrast_refuses_a_data_module_without_twin_photos():
+    """The check the old twin settings made at setup is the objective's ``prepare`` now (the
+    warning for twin photos loaded without the contrast is gone with twin_weight: a source's
+    extra fields unread cost a little loading, nothing else)."""
+    def data(source) -> CaptionDataModule:
+        return CaptionDataModule(source=source, num_workers=0)
+
+    for without in (data(ShapesSource()), data(Flickr30kSource()), None):  # None: no module
+        with pytest.raises(ValueError, match=r"twin_photos true \(ShapesSource\), or drop "
+                                             r"TwinContrast"):
+            TwinContrast().prepare(without, tokenizer=None)
+    TwinContrast().prepare(data(ShapesSource(twin_photos=True)), tokenizer=None)  # no error
 
 
 def test_the_contrast_without_a_lookup_to_train_names_the_setting():
-    with pytest.raises(ValueError, match=r"--model\.net\.neighbour_lookup_heads 4"):
-        check_twin_settings(1.0, True, lookup_heads=0)
+    """Replaces check_twin_settings(lookup_heads=0): the objective refuses, when the module is
+    built, a network that has no reader, or an extension without the lookup."""
+    no_lookup = BindingLevers(hue_dim=0, places=False, lookup_heads=0, share_window=0,
+                              lookup_place=False)
+    for extension in (None, no_lookup):
+        net = VitBert(dataclasses.replace(task_model(0).config, extension=extension))
+        assert net.reader is None
+        with pytest.raises(ValueError, match=r"vitbert\.shapes\.BindingLevers .*lookup_heads 4"):
+            TwinContrast().build(net)
+    with pytest.raises(ValueError, match=r"drop TwinContrast"):
+        MaskedLMModule(task_model(0).config, objectives=[MaskedLM(), TwinContrast()])
