@@ -20,7 +20,7 @@ up to a constant over the candidates (the contrastive one is the similarity divi
 learned temperature: the logit of the image-to-text softmax), so the candidates are ranked by
 their sum, a product of the two experts, with no weight to tune.
 
-Measured (docs/binding.md): on ``make train``'s checkpoint at seed 0, 200 validation pictures,
+Measured (docs/captions.md): on ``make train``'s checkpoint at seed 0, 200 validation pictures,
 the greedy caption and 15 samples, the best of which names both objects right in 97.5%: kept by
 the contrastive score alone 73.5%, by the pseudo-log-likelihood alone 79%, by their sum 89%.
 """

@@ -54,10 +54,12 @@ def analyse_captions(ckpt: str | Path, split: str = "val", num_images: int | Non
         raise DataError(f"{ckpt}: trained on {type(source).__name__}; the per-object figures "
                         f"need the embedded shapes data (ShapesSource)")
     hparams = torch.load(ckpt, map_location="cpu", weights_only=True).get("hyper_parameters", {})
-    if not hparams.get("generation_probability"):
-        raise CheckpointError(f"{ckpt}: trained with MLM alone (generation_probability 0), so it "
+    if not any(o["class_path"].endswith(".CaptionWriting")
+               and o.get("init_args", {}).get("probability", 0.3)
+               for o in hparams.get("objectives", [])):
+        raise CheckpointError(f"{ckpt}: trained without the CaptionWriting objective, so it "
                               f"writes no captions left to right; train with "
-                              f"--model.generation_probability > 0")
+                              f"vitbert.lit.objectives.CaptionWriting in model.objectives")
     source.build_cache(int(data["image_size"]))
     dataset = CaptionDataset(source.cache_dir, split)
     model, tokenizer = load_model(ckpt)

@@ -4,7 +4,7 @@ Random masking (BERT's 15%, the embedded default's 30%) spends the targets on th
 occur, whatever is left to learn about them. On the shapes captions a relation word ("left",
 "above") is about one target in thirteen, and each hidden form word takes away what the colour
 word beside it needed to find its object (the neighbour lookup asks the photo about a word's
-neighbours, :mod:`vitbert.models.lookup`). The model learnt colours and forms and never relations
+neighbours, :mod:`vitbert.shapes.model`). The model learnt colours and forms and never relations
 (docs/binding.md).
 
 A *focused* copy of a caption has one content piece hidden, drawn in proportion to the model's
