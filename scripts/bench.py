@@ -35,6 +35,12 @@ Sections:
              --retrieval-quick 0 for all); and an estimate for Flickr30k's 1k/5k test at
              --big-preset's sizes, scaled from a reduced set by the pair counts. Untrained
              weights unless --retrieval-checkpoint (the timings do not depend on them).
+  cache      (not run by default; --sections cache) the frozen CNN's feature cache built from the
+             Flickr8k development set's JPEGs (--cache-photos of them): photos/s of the fit's
+             path (decode in workers into the image cache, then the CNN channels-last under
+             inference_mode, bf16 where the CPU has it) against the obvious loop (PIL, timm in
+             fp32 eval mode, batches of 32, one process), their ratio ("speedup") and how alike
+             the outputs are; the CPU's name and the levers on (vitbert.bench.cache).
   epoch      (not run by default; --epoch, minutes) training end to end, data loading included,
              on generated 500x375 JPEGs in Karpathy's layout: the obvious pipeline (JPEG Dataset,
              padding to max length, timm + BertForMaskedLM), ours, and ours with the image tower
@@ -59,6 +65,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -67,6 +74,8 @@ from vitbert.bench import step as st
 from vitbert.bench.data import compare_storage, data_benchmark
 from vitbert.cli import config_net
 from vitbert.models import VitBertConfig
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def machine() -> dict[str, Any]:
@@ -410,6 +419,25 @@ def bench_retrieval(args: argparse.Namespace, done: dict[str, Any]) -> dict[str,
     return out
 
 
+def add_cache_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cache")
+    g.add_argument("--cache-root", default=str(REPO / ".." / "shared" / "data" / "flickr8k"),
+                   help="a Flickr8k folder (default: the development set beside the checkout)")
+    g.add_argument("--cache-photos", type=int, default=512,
+                   help="its first N photos, the same for both contenders (default 512)")
+    g.add_argument("--cache-image-size", type=int, default=224,
+                   help="the side the photos are read at (default 224, the CNN's own)")
+    g.add_argument("--cache-map", action="store_true",
+                   help="cache the CNN's feature map (default: its mean, one vector a photo)")
+
+
+def bench_cache(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
+    from vitbert.bench.cache import cache_benchmark
+
+    return cache_benchmark(args.cache_root, args.cache_photos, args.cache_image_size,
+                           pool=not args.cache_map)
+
+
 # To add a section: write `bench_<name>(args, done) -> dict` (``done``: the figures of the sections
 # already run), its options in `add_<name>_args`, and register both here.
 SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
@@ -422,6 +450,7 @@ SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "levers": (add_levers_args, bench_levers),
     "epoch": (add_epoch_args, bench_epoch),
     "retrieval": (add_retrieval_args, bench_retrieval),
+    "cache": (add_cache_args, bench_cache),
 }
 DEFAULT_SECTIONS = ["train", "cuda", "data", "inference"]
 
