@@ -134,8 +134,7 @@ def data_benchmark(root: str | Path | None = None, n_images: int = 256, image_si
         if root is None:
             root = make_jpeg_folder(work / "jpegs", n_images)
         t0 = time.perf_counter()
-        summary = flickr30k.build_cache(root, work / "cache", image_size, workers=num_workers,
-                                        val_fraction=0.0, test_fraction=0.0)
+        summary = flickr30k.build_cache(root, work / "cache", image_size, workers=num_workers)
         build_s = time.perf_counter() - t0
         cached = CaptionDataset(work / "cache", "train")
         img_dir = flickr30k.locate(root).img_dir

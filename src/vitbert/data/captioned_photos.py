@@ -93,14 +93,13 @@ class PhotoCopy:
         return f"{self.root} ({self.fmt} format, {self.ann_path.name}, images in {self.img_dir})"
 
 
-def locate(root: str | Path, fmt: str = "auto", images_dir: str | Path | None = None,
-           val_fraction: float = VAL_FRACTION,
-           test_fraction: float = TEST_FRACTION) -> PhotoCopy:
+def locate(root: str | Path, fmt: str = "auto", images_dir: str | Path | None = None
+           ) -> PhotoCopy:
     """Step 1: read the annotations (splits assigned), find the photo folder, and set aside the
     photos the split leaves out (`Parsed.unlisted`). One of those without a file stays, to be
     skipped and counted as a missing photo like any other."""
     root = Path(root)
-    fmt, ann_path, parsed = layouts.read_annotations(root, fmt, val_fraction, test_fraction)
+    fmt, ann_path, parsed = layouts.read_annotations(root, fmt)
     if not parsed.records:
         raise DataError(f"{ann_path}: no captions could be read ({fmt} format)")
     img_dir = find_image_dir(root, ann_path, parsed, images_dir)
@@ -111,11 +110,10 @@ def locate(root: str | Path, fmt: str = "auto", images_dir: str | Path | None = 
     return PhotoCopy(root, fmt, ann_path, img_dir, parsed)
 
 
-def cache_settings(src: PhotoCopy, image_size: int, val_fraction: float = VAL_FRACTION,
-                   test_fraction: float = TEST_FRACTION) -> dict[str, Any]:
+def cache_settings(src: PhotoCopy, image_size: int) -> dict[str, Any]:
     """Step 2: what the cache depends on, fingerprint of the files included; a cache built with
     other settings is stale."""
-    split_rule = src.parsed.split or {"rule": "sha1", "val": val_fraction, "test": test_fraction}
+    split_rule = src.parsed.split or {"rule": "sha1", "val": VAL_FRACTION, "test": TEST_FRACTION}
     return {"version": cache.CACHE_VERSION, "format": src.fmt, "image_size": int(image_size),
             "source": str(src.ann_path.resolve()), "split": split_rule,
             "fingerprint": cache.fingerprint(src.parsed.files, src.image_paths)}
@@ -224,15 +222,13 @@ def build_cache(
     images_dir: str | Path | None = None,
     workers: int = 0,
     max_bad_fraction: float = 0.05,
-    val_fraction: float = VAL_FRACTION,
-    test_fraction: float = TEST_FRACTION,
     force: bool = False,
 ) -> dict[str, Any]:
     """Build (or reuse) the image cache of the captioned photos at `root`; returns the summary
     `{"format", "images", "captions", "skipped", "splits": {...}, "cache", "rebuilt"}`."""
     out = Path(out)
-    src = locate(root, fmt, images_dir, val_fraction, test_fraction)
-    settings = cache_settings(src, image_size, val_fraction, test_fraction)
+    src = locate(root, fmt, images_dir)
+    settings = cache_settings(src, image_size)
     if not force and cache.is_current(out, settings):
         return _summary(cache.read_meta(out), out, rebuilt=False)
     t0 = time.perf_counter()

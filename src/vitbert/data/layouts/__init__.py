@@ -124,8 +124,7 @@ def detect(root: str | Path, fmt: str = "auto") -> Found:
     return Found(chosen[0], chosen[1], chosen[2], others)
 
 
-def read_annotations(root: str | Path, fmt: str = "auto", val_fraction: float = VAL_FRACTION,
-                     test_fraction: float = TEST_FRACTION) -> tuple[str, Path, Parsed]:
+def read_annotations(root: str | Path, fmt: str = "auto") -> tuple[str, Path, Parsed]:
     """Detect, parse, assign splits, drop empty captions (recorded in `bad_captions`); returns
     (format, marking file, what was read)."""
     found = detect(root, fmt)
@@ -138,7 +137,7 @@ def read_annotations(root: str | Path, fmt: str = "auto", val_fraction: float = 
                       if path not in parsed.files]
     for r in parsed.records:
         if r.split is None:
-            r.split = hash_split(r.file, val_fraction, test_fraction)
+            r.split = hash_split(r.file)
         good = [c.strip() for c in r.captions if c and c.strip()]
         parsed.bad_captions += [f"{r.file}: empty caption"] * (len(r.captions) - len(good))
         r.captions = good
