@@ -120,9 +120,10 @@ class ViT(nn.Module):
     def forward_backbone_features(self, features: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`forward` from a hybrid front end's backbone output (B, C, h, w) (a frozen
         backbone's cache: `vitbert.data.features`): the rest of the tower, which trains."""
+        tokens = self.patch_embed.embed(features)  # (B, N, D)
         P = self.patch_embed.patch_size
         grid = (features.shape[-2] // P, features.shape[-1] // P)
-        return self.pool_tokens(self.encode(self.patch_embed.embed(features), grid))
+        return self.pool_tokens(self.encode(tokens, grid))
 
     def features(self, images: Tensor) -> Tensor:
         """Normalised images (B, 3, H, W) → every token after the final LayerNorm
