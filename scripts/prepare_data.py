@@ -44,8 +44,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from vitbert.data import flickr30k, shapes
+from vitbert.data import flickr30k
 from vitbert.data.cache import DataError
+from vitbert.shapes import data as shapes
 
 # Source settings a training config's data.source.init_args may hold, and their flag names here.
 CONFIG_KEYS = {"root": "root", "cache_dir": "out", "format": "format", "images_dir": "images_dir",
