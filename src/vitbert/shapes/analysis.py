@@ -54,10 +54,11 @@ def analyse_captions(ckpt: str | Path, split: str = "val", num_images: int | Non
         raise DataError(f"{ckpt}: trained on {type(source).__name__}; the per-object figures "
                         f"need the embedded shapes data (ShapesSource)")
     hparams = torch.load(ckpt, map_location="cpu", weights_only=True).get("hyper_parameters", {})
-    if not hparams.get("generation_probability"):
-        raise CheckpointError(f"{ckpt}: trained with MLM alone (generation_probability 0), so it "
-                              f"writes no captions left to right; train with "
-                              f"--model.generation_probability > 0")
+    if not writes_captions(hparams.get("objectives") or []):
+        raise CheckpointError(f"{ckpt}: trained without caption writing (no CaptionWriting "
+                              f"objective with probability > 0), so it writes no captions left "
+                              f"to right; train with vitbert.lit.objectives.CaptionWriting in "
+                              f"model.objectives")
     source.build_cache(int(data["image_size"]))
     dataset = CaptionDataset(source.cache_dir, split)
     model, tokenizer = load_model(ckpt)
@@ -67,6 +68,13 @@ def analyse_captions(ckpt: str | Path, split: str = "val", num_images: int | Non
     new_pairs = {(colour_names[c], SHAPES[s]) for c, s in held_out_pairs(source.seed)}
     return {"split": split, **tally(captions, text_only, [r[0] for r in references], new_pairs),
             "attention": named_object_attention(model, tokenizer, dataset, num_images)}
+
+
+def writes_captions(objectives: list[dict[str, Any]]) -> bool:
+    """Whether a checkpoint's ``objectives`` (its hyperparameters: ``{"class_path",
+    "init_args"}`` each) include caption writing at a probability above 0."""
+    return any(o.get("class_path", "").rsplit(".", 1)[-1] == "CaptionWriting"
+               and (o.get("init_args") or {}).get("probability", 0.0) > 0 for o in objectives)
 
 
 # A patch shows an object when this share of its pixels is within COLOUR_DISTANCE of the
