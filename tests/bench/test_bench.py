@@ -18,6 +18,7 @@ from vitbert.bench.reference import ReferenceModel
 from vitbert.bench.step import SplitQKV, manual_attention, pad_batches, synthetic_batches
 from vitbert.models import VitBert, VitBertConfig
 from vitbert.nn import Attention, AttentionContext, Block, BlockConfig, key_padding_mask
+from vitbert.shapes import BindingLevers
 
 
 def counted(fn) -> int:
@@ -58,17 +59,24 @@ def test_block_hand_count():
 
 @pytest.mark.parametrize("image_tokens", ["patches", "pooled"])
 @pytest.mark.parametrize("masked_only", [True, False])
-@pytest.mark.parametrize(("chroma_dim", "lookup_heads"), [(0, 0), (4, 0), (0, 2), (4, 2)])
-def test_model_flops_match_torch_counter(image_tokens, masked_only, chroma_dim, lookup_heads):
-    config = tiny_config(image_tokens=image_tokens, neighbour_lookup_heads=lookup_heads)
-    config.image.chroma_dim = chroma_dim
+@pytest.mark.parametrize(("hue_dim", "lookup_heads"), [(0, 0), (4, 0), (0, 2), (4, 2)])
+def test_model_flops_match_torch_counter(image_tokens, masked_only, hue_dim, lookup_heads):
+    # The shapes data's levers (a hue-apart tower, the neighbour lookup) as the extension;
+    # neither: no extension, the core's network.
+    extension = (BindingLevers(hue_dim=hue_dim, places=False, lookup_heads=lookup_heads,
+                               share_window=0, lookup_place=False)
+                 if hue_dim or lookup_heads else None)
+    config = tiny_config(image_tokens=image_tokens)
+    config.extension = extension
     model = VitBert(config)
+    assert (model.reader is None) == (lookup_heads == 0)
     batch = synthetic_batches(config, 3, n_batches=1, mean_len=7)[0]
     target = batch["labels"] != -100
     T, M = batch["input_ids"].shape[1], int(target.sum())
     f = flops.vitbert_step_flops(config, 3, T, M if masked_only else None)
+    assert ("lookup" in f.forward) == (lookup_heads > 0)
     total = counted(lambda: model(batch["input_ids"], batch["attention_mask"],
-                                  images=batch["images"],
+                                  model.photos(batch["images"]),
                                   target_mask=target if masked_only else None))
     assert total == f.forward_total
 
@@ -81,9 +89,10 @@ def test_flops_count_each_distinct_photo_once():
     T, M = batch["input_ids"].shape[1], int(target.sum())
     f = flops.vitbert_step_flops(config, 3, T, M, photos=2)
     assert f.forward_total < flops.vitbert_step_flops(config, 3, T, M).forward_total
+    index = torch.tensor([0, 1, 0])
     assert counted(lambda: model(batch["input_ids"], batch["attention_mask"],
-                                 images=batch["images"][:2], target_mask=target,
-                                 image_index=torch.tensor([0, 1, 0]))) == f.forward_total
+                                 model.photos(batch["images"][:2], index),
+                                 target_mask=target)) == f.forward_total
 
 
 def test_vit_kind_flops_match_torch_counter():
@@ -96,7 +105,8 @@ def test_vit_kind_flops_match_torch_counter():
     target = batch["labels"] != -100
     f = flops.vitbert_step_flops(config, 2, batch["input_ids"].shape[1], int(target.sum()))
     assert counted(lambda: model(batch["input_ids"], batch["attention_mask"],
-                                 images=batch["images"], target_mask=target)) == f.forward_total
+                                 model.photos(batch["images"]),
+                                 target_mask=target)) == f.forward_total
 
 
 def test_reference_scores_every_position():
@@ -141,7 +151,7 @@ def test_fixed_padding_keeps_the_loss():
     assert padded["input_ids"].shape[1] == 12
 
     def logits(b):
-        return model(b["input_ids"], b["attention_mask"], images=b["images"],
+        return model(b["input_ids"], b["attention_mask"], model.photos(b["images"]),
                      target_mask=b["labels"] != -100)
 
     torch.testing.assert_close(logits(padded), logits(batch), atol=1e-5, rtol=1e-5)

@@ -39,7 +39,7 @@ def test_all_pairs_scores_each_caption_with_each_photo_alone():
     features = net.tower_tokens(images)
     matrix = all_pairs(net, head, features, ids, keep, torch.tensor([0, 3]), batch=5)
     with torch.no_grad():
-        hidden, _ = net.encode(ids[3:4], keep[3:4], images=images[2:3])
+        hidden, _ = net.encode(ids[3:4], keep[3:4], net.photos(images[2:3]))
     assert matrix.shape == (2, 6)
     torch.testing.assert_close(matrix[1, 2], head(hidden[:, 0])[0].float(), atol=1e-5, rtol=0)
 

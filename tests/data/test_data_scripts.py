@@ -78,7 +78,7 @@ data:
 
 def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path, capsys):
     config = tmp_path / "shapes.yaml"
-    config.write_text("data: {source: {class_path: vitbert.data.ShapesSource}}\n")
+    config.write_text("data: {source: {class_path: vitbert.shapes.ShapesSource}}\n")
     with pytest.raises(SystemExit) as exited:
         load_script("prepare_data").main(["--config", str(config)])
     assert exited.value.code == 2

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitbert.data import Flickr30kSource, ShapesSource
+from vitbert.data import Flickr30kSource
 from vitbert.data.cache import DataError
 from vitbert.data.datamodule import CaptionDataModule
+from vitbert.shapes import ShapesSource
 
 
 def _shapes(tmp_path, **kw):
@@ -28,9 +29,9 @@ def test_num_tokens_works_right_after_init_and_the_tokenizer_is_cached(tmp_path)
     # Lightning's hparam merge fail at fit time.
     assert "vocab_size" not in dm.hparams
     assert dm.hparams["source"] == {
-        "class_path": "vitbert.data.sources.ShapesSource",
+        "class_path": "vitbert.shapes.source.ShapesSource",
         "init_args": {"root": str(tmp_path / "shapes"), "num_train": 300, "num_val": 64,
-                      "num_test": 40, "seed": 0}}
+                      "num_test": 40, "seed": 0, "twin_photos": False}}
     cached = list((tmp_path / "shapes").glob("tokenizer-*.json"))
     assert len(cached) == 1
     again = _shapes(tmp_path)
@@ -110,11 +111,12 @@ def test_lightning_cli_can_read_the_signatures():
 
     p = ArgumentParser()
     p.add_class_arguments(CaptionDataModule, "data")
-    for source, setting in (("ShapesSource", "num_train=8"), ("Flickr30kSource", "root=/x")):
-        cfg = p.parse_args([f"--data.source=vitbert.data.{source}",
+    for source, setting in (("vitbert.shapes.ShapesSource", "num_train=8"),
+                            ("vitbert.data.Flickr30kSource", "root=/x")):
+        cfg = p.parse_args([f"--data.source={source}",
                             f"--data.source.init_args.{setting}",
                             "--data.batch_size=8", "--data.whole_word_masking=true"])
-        assert cfg.data.source.class_path == f"vitbert.data.{source}"
+        assert cfg.data.source.class_path == source
         assert cfg.data.batch_size == 8 and cfg.data.whole_word_masking is True
     assert cfg.data.source.init_args.root == "/x"
     help_text = p.format_help()

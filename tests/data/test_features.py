@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitbert.data import ShapesSource
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.features import (
     FEATURES_KEY,
@@ -18,7 +17,8 @@ from vitbert.data.features import (
     feature_key,
 )
 from vitbert.lit.module import MaskedLMModule
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.models import Photos, VitBert, VitBertConfig
+from vitbert.shapes import ShapesSource
 
 IMAGE_SIZE = 16
 
@@ -79,11 +79,11 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
     assert torch.equal(pixel_batch["index"], feature_batch["index"])
     assert torch.equal(pixel_batch["input_ids"], feature_batch["input_ids"])
 
-    def loss_and_grads(**image):
+    def loss_and_grads(photos: Photos):
         model.zero_grad(set_to_none=True)
         b = pixel_batch
         targets_at = b["labels"] != -100
-        logits = model(b["input_ids"], b["attention_mask"], target_mask=targets_at, **image)
+        logits = model(b["input_ids"], b["attention_mask"], photos, target_mask=targets_at)
         loss = F.cross_entropy(logits, b["labels"][targets_at])
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
@@ -91,9 +91,9 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
 
     index = pixel_batch["image_index"]  # (B,): each photo is stacked once
     assert torch.equal(feature_batch["image_index"], index)
-    loss_pixels, grads_pixels = loss_and_grads(images=pixel_batch["images"], image_index=index)
-    loss_cached, grads_cached = loss_and_grads(image_features=feature_batch[FEATURES_KEY],
-                                               image_index=index)
+    loss_pixels, grads_pixels = loss_and_grads(model.photos(pixel_batch["images"], index))
+    # Cached features (fp16) are the tower's output as it is: wrapped, not run again.
+    loss_cached, grads_cached = loss_and_grads(Photos(feature_batch[FEATURES_KEY], index))
     assert not any(n.startswith("image_tower") for n in grads_pixels)
     assert grads_pixels.keys() == grads_cached.keys()
     assert any(n.startswith("projector") for n in grads_cached)
@@ -102,13 +102,10 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
         torch.testing.assert_close(grads_cached[name], g, rtol=2e-2, atol=1e-4, msg=name)
     # The other photo's features give another answer: the features are per photo.
     other = model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
-                  image_features=feature_batch[FEATURES_KEY].roll(1, 0))
+                  Photos(feature_batch[FEATURES_KEY].roll(1, 0), index))
     same = model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
-                 image_features=feature_batch[FEATURES_KEY])
+                 Photos(feature_batch[FEATURES_KEY], index))
     assert not torch.allclose(other, same)
-    with pytest.raises(ValueError, match="exactly one"):
-        model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
-              images=pixel_batch["images"], image_features=feature_batch[FEATURES_KEY])
 
 
 def test_new_tower_weights_or_settings_mean_a_new_cache(datamodule):

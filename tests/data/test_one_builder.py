@@ -2,9 +2,10 @@
 (as DDP ranks do: each builds its data module before any process group exists) build the
 pictures and train the tokenizer once; the other waits and reads what the first wrote.
 
-Each child counts the calls to the two builders (``shapes.generate``, once per split, and
-``tokenizer.train_wordpiece``) and prints the counts; both start from a shared gate file so they
-really race. Without the lock both children build (measured: 6 calls to generate, not 3).
+Each child counts the calls to the two builders (``vitbert.shapes.data.generate``, once per
+split, and ``tokenizer.train_wordpiece``) and prints the counts; both start from a shared gate
+file so they really race. Without the lock both children build (measured: 6 calls to generate,
+not 3).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from vitbert.data import shapes, tokenizer
+from vitbert.data import tokenizer
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.sources import ShapesSource
+from vitbert.shapes import ShapesSource
+from vitbert.shapes import data as shapes
 
 counts = {"generate": 0, "train_wordpiece": 0}
 def counted(name, fn):

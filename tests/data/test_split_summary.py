@@ -7,16 +7,18 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from helpers import TINY_MODEL
+from helpers import TINY_MODEL, objectives
 
-from vitbert.data import Flickr30kSource, ShapesSource
+from vitbert.data import Flickr30kSource
 from vitbert.data.cache import DataError
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.flickr30k import hash_split
+from vitbert.shapes import ShapesSource
 
 # 40 file names whose hash split puts 38 photos in train, none in val and 2 in test.
 FORTY = [f"{1000000 + i}.jpg" for i in range(40)]
-TINY = [*TINY_MODEL, "--model.num_examples", "0",
+# The embedded default's objectives but the twin contrast: twin photos are the shapes source's.
+TINY = [*TINY_MODEL, *objectives("itc", "words", "captions", "focus"), "--model.num_examples", "0",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 
 

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from vitbert import demo
-from vitbert.data import shapes
+from vitbert.shapes import data as shapes
 
 
 def test_gallery_holds_the_default_test_pictures_with_a_colour_hidden():

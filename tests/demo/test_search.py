@@ -13,7 +13,7 @@ def test_a_model_without_contrastive_heads_gets_the_note(demo_fill_mask, trained
     from vitbert import demo
 
     finder = demo.search_for(demo_fill_mask, trained.ckpt, demo.shapes_examples(32))
-    assert finder.retriever is None and "--model.itc_weight 1.0" in finder.note
+    assert finder.retriever is None and "--model.net.itc_dim 128 and the objective" in finder.note
     status, found, gallery = demo.search(finder, "a red circle")
     assert status.startswith("**Cannot search:** This model has no contrastive heads")
     assert (found, gallery) == ("", None)

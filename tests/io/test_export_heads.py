@@ -9,12 +9,14 @@ from io import StringIO
 
 import pytest
 import torch
-from helpers import TINY_MODEL, load_script
+from helpers import TINY_MODEL, load_script, objectives
 from safetensors import safe_open
 
 from vitbert import io
 from vitbert.cli import main
+from vitbert.lit.contrastive import ImageTextMatching
 from vitbert.lit.module import MaskedLMModule
+from vitbert.lit.objectives import MaskedLM, WordDetection
 
 TINY = [*TINY_MODEL, "--model.num_examples", "0",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
@@ -25,7 +27,7 @@ ITM_HEAD = ["itm_head.pooler.weight", "itm_head.pooler.bias", "itm_head.classifi
 
 def _fit(tmp, *extra: str):
     """Two steps of `train.py fit` on tiny generated data (the embedded default trains the word
-    detector; ``--model.itm_weight`` adds the matching head)."""
+    detector; ImageTextMatching in ``--model.objectives`` adds the matching head)."""
     return main(["fit", *TINY, "--data.source.init_args.root", str(tmp / "shapes"),
                  "--data.source.init_args.num_train", "64", "--data.source.init_args.num_val", "8",
                  "--data.source.init_args.num_test", "8", "--data.num_workers", "0",
@@ -41,7 +43,8 @@ def run(tmp_path_factory):
     out = StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp)
-        _fit(tmp, "--model.itm_weight", "1.0", "--checkpoint.dirpath", str(tmp / "ckpt"))
+        _fit(tmp, *objectives("itc", "words", "captions", "focus", "twins", "itm"),
+             "--checkpoint.dirpath", str(tmp / "ckpt"))
         ckpt = tmp / "ckpt" / "last.ckpt"
         with contextlib.redirect_stdout(out):
             code = load_script("export").main(["--ckpt", str(ckpt), "--out", str(tmp / "out")])
@@ -49,12 +52,15 @@ def run(tmp_path_factory):
     return tmp, ckpt, tmp / "out", out.getvalue()
 
 
-def _module(stored: io.StoredModel, **heads: float) -> MaskedLMModule:
-    return MaskedLMModule(stored.config, **heads)
+def _module(stored: io.StoredModel, *heads) -> MaskedLMModule:
+    """A module over the stored network that trains masked-language modelling and ``heads``
+    (objectives with a head: WordDetection, ImageTextMatching)."""
+    return MaskedLMModule(stored.config, objectives=[MaskedLM(), *heads])
 
 
 def _heads(module: MaskedLMModule) -> dict:
-    return {"word_head": module.word_head, "itm_head": module.itm_head}
+    assert set(module.heads) <= {"word_head", "itm_head"}, module.heads
+    return module.heads
 
 
 def test_export_writes_every_trained_head_and_says_so(run):
@@ -65,7 +71,7 @@ def test_export_writes_every_trained_head_and_says_so(run):
     assert set(WORD_HEAD + ITM_HEAD) <= names
     assert "word_head (2 tensors), itm_head (4 tensors)" in printed, printed
     # The checkpoint held one thing more: the focused masking's running losses (training state,
-    # vitbert.lit.focus), named, not exported.
+    # vitbert.shapes.focus), named, not exported.
     assert printed.strip().endswith("left out (not part of the model, nothing reads them): "
                                     "difficulty.loss"), printed
     assert "difficulty.loss" not in names
@@ -81,7 +87,7 @@ def test_with_the_same_heads_every_tensor_is_copied(run):
     _, ckpt, folder, _ = run
     stored = io.read_checkpoint(folder)
     tokenizer = io.load_model(folder)[1]
-    module = _module(stored, word_detection_weight=1.0, itm_weight=1.0)
+    module = _module(stored, WordDetection(weight=1.0), ImageTextMatching(weight=1.0))
     report = io.initialize(module.net, str(folder), tokenizer, _heads(module))
     assert "not used" not in report and "left as initialised" not in report, report
     first = report.splitlines()[0]
@@ -98,14 +104,17 @@ def test_heads_this_run_lacks_are_named_as_not_used(run, tmp_path, monkeypatch, 
     _, _, folder, _ = run
     monkeypatch.chdir(tmp_path)
     capsys.readouterr()
-    _fit(tmp_path, "--model.init_from", str(folder), "--model.word_detection_weight", "0")
+    # The embedded default's objectives without the word detector (and, as there, no matching)
+    _fit(tmp_path, "--model.init_from", str(folder),
+         *objectives("itc", "captions", "focus", "twins"))
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if line.startswith("  not used")]
     assert line == (  # in the exported file's order (safetensors sorts the names)
         "  not used (6): itm_head.classifier.bias, itm_head.classifier.weight, "
         "itm_head.pooler.bias, itm_head.pooler.weight (this run has no itm_head: its "
-        "--model.itm_weight is 0); word_head.classifier.bias, word_head.classifier.weight (this "
-        "run has no word_head: its --model.word_detection_weight is 0)")
+        "model.objectives have no ImageTextMatching); word_head.classifier.bias, "
+        "word_head.classifier.weight (this run has no word_head: its model.objectives have no "
+        "WordDetection)")
     assert "left as initialised" not in out
 
 
@@ -114,12 +123,13 @@ def test_heads_the_source_lacks_are_named_as_left_as_initialised(run):
     stored = io.read_checkpoint(folder)
     stored.heads = {name: value for name, value in stored.heads.items()
                     if not name.startswith("itm_head.")}  # a run without the matching head
-    module = _module(stored, word_detection_weight=1.0, itm_weight=1.0)
+    module = _module(stored, WordDetection(weight=1.0), ImageTextMatching(weight=1.0))
     fresh = {k: v.clone() for k, v in module.itm_head.state_dict().items()}
     report = io.transfer_weights(module.net, stored, io.load_model(folder)[1],
                                  heads=_heads(module))
     assert report.missing == ITM_HEAD and not report.skipped
-    assert any("the source has no itm_head" in note for note in report.notes)
+    assert any("the source has no itm_head (trained without ImageTextMatching)" in note
+               for note in report.notes)
     assert f"left as initialised (4): {', '.join(ITM_HEAD)}" in str(report)
     for key, value in module.itm_head.state_dict().items():
         assert torch.equal(value, fresh[key]), key

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 from helpers import load_script
-from vitbert.caption_analysis import (
+
+from vitbert.analysis import Readings, summarise, word_class
+from vitbert.shapes.analysis import (
     colour_patches,
     format_caption_summary,
     named_object_attention,
     tally,
 )
-from vitbert.data.shapes_captions import COLOUR_SHAPE, VERDICTS
-
-from vitbert.analysis import Readings, summarise, word_class
+from vitbert.shapes.captions import COLOUR_SHAPE, VERDICTS
 
 
 def test_word_classes():
@@ -183,8 +183,11 @@ def test_named_object_attention_of_a_model_that_looks_everywhere(trained):
 @pytest.mark.parametrize("problem", ["mlm_only", "not_shapes"])
 def test_analyze_captions_needs_a_shapes_captioner(problem, trained, tmp_path, capsys):
     checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
-    if problem == "mlm_only":
-        checkpoint["hyper_parameters"]["generation_probability"] = 0.0
+    if problem == "mlm_only":  # the same run, its caption writing at probability 0
+        objectives = checkpoint["hyper_parameters"]["objectives"]
+        writing = [o for o in objectives if o["class_path"].endswith(".CaptionWriting")]
+        assert len(writing) == 1
+        writing[0]["init_args"]["probability"] = 0.0
     else:
         source = checkpoint["datamodule_hyper_parameters"]["source"]
         source["class_path"] = "vitbert.data.Flickr30kSource"
@@ -194,4 +197,4 @@ def test_analyze_captions_needs_a_shapes_captioner(problem, trained, tmp_path, c
     rc = load_script("analyze").main(["--ckpt", str(ckpt), "--captions"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err
-    assert ("generation_probability" if problem == "mlm_only" else "ShapesSource") in err
+    assert ("CaptionWriting" if problem == "mlm_only" else "ShapesSource") in err

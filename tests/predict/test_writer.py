@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from vitbert.lit.writer import PredictionWriter, _plain
+
+from vitbert.lit.callbacks import PredictionWriter, _plain
 
 
 def test_train_py_predict_writes_one_line_per_example(trained, tiny_cli_args, tmp_path,

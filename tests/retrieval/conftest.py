@@ -1,9 +1,10 @@
 """Models that can search, trained once per session, and folders of photos to search.
 
 ``searcher``: one step of ``scripts/train.py fit`` with the contrastive heads and the matching
-head on (``--model.itc_weight``, ``--model.itm_weight``), the tiny sizes of tests/conftest.py,
-and the same model exported. One step teaches nothing: the tests that need a ranking they can
-predict plant it (:func:`planted`); the others compare with the model's own scores.
+head on (``--model.net.itc_dim``; ``Contrastive`` and ``ImageTextMatching`` in
+``--model.objectives``), the tiny sizes of tests/conftest.py, and the same model exported.
+One step teaches nothing: the tests that need a ranking they can predict plant it
+(:func:`planted`); the others compare with the model's own scores.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import objectives
 from PIL import Image
 from retrieval_photos import COLOURS, plain_colour
 
@@ -33,8 +35,9 @@ def searcher(trained, tiny_cli_args, tmp_path_factory) -> Searcher:
         mp.chdir(root)
         main(["fit", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
               "--checkpoint.monitor", "null", "--checkpoint.dirpath", str(root / "ckpt"),
-              "--model.itc_weight", "1.0", "--model.net.itc_dim", "16",
-              "--model.itm_weight", "1.0", *tiny_cli_args])
+              "--model.net.itc_dim", "16",
+              # the embedded default's objectives, with the matching head's
+              *objectives("itc", "words", "captions", "focus", "twins", "itm"), *tiny_cli_args])
     ckpt = root / "ckpt" / "last.ckpt"
     return Searcher(ckpt, export(ckpt, root / "exported"), trained.exported)
 

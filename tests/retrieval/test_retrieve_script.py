@@ -89,7 +89,7 @@ def cases(searcher, colour_folder, tmp_path):
         "folder with no photos": (["--ckpt", searcher.ckpt, "--images", empty, "--text",
                                    "a dog"], "no photos in it"),
         "not a checkpoint": (["--ckpt", notes, *good], "not a readable PyTorch checkpoint"),
-        "no contrastive heads": (["--ckpt", searcher.no_itc, *good], "--model.itc_weight 1.0"),
+        "no contrastive heads": (["--ckpt", searcher.no_itc, *good], "--model.net.itc_dim 128"),
         "missing photo": (["--ckpt", searcher.ckpt, "--image", tmp_path / "no.png",
                            "--captions", blank], "no such file"),
         "no captions": (["--ckpt", searcher.ckpt, "--image", colour_folder / "red.png",

@@ -125,7 +125,7 @@ def test_the_shortlist_is_at_least_top_k(planted, colour_folder, monkeypatch):
 
 def test_itm_logits_are_the_head_on_each_pair_as_in_training(searcher, trained):
     """Batched and padded together, each pair scores as it does alone: the caption read with its
-    own photo, the head on the [CLS] row (vitbert.lit.objectives.itm_loss)."""
+    own photo, the head on the [CLS] row (vitbert.lit.contrastive.itm_loss)."""
     found = Retriever.from_checkpoint(searcher.ckpt, device="cpu")
     texts = ["a red circle", "there is a small green square above a large blue triangle"]
     pixels = torch.stack([torch.from_numpy(plain_colour(c, 32)).permute(2, 0, 1)
@@ -133,7 +133,8 @@ def test_itm_logits_are_the_head_on_each_pair_as_in_training(searcher, trained):
     batched = found._itm_logits(texts, pixels)
     for i, text in enumerate(texts):
         ids = torch.tensor([found.tokenizer(text)["input_ids"]])
-        hidden, _ = found.model.encode(ids, torch.ones_like(ids), images=pixels[i:i + 1])
+        hidden, _ = found.model.encode(ids, torch.ones_like(ids),
+                                      found.model.photos(pixels[i:i + 1]))
         alone = found.itm_head(hidden[:, 0])
         assert batched[i].item() == pytest.approx(alone.item(), abs=1e-5)
 
@@ -227,7 +228,9 @@ def test_an_unwritable_index_place_still_answers(planted, colour_folder, capsys)
 
 
 def test_a_model_without_contrastive_heads_names_the_fix(searcher):
-    with pytest.raises(NoContrastiveHeadsError, match=r"--model\.itc_weight 1\.0"):
+    with pytest.raises(NoContrastiveHeadsError,
+                       match=r"--model\.net\.itc_dim 128 and the objective "
+                             r"vitbert\.lit\.contrastive\.Contrastive"):
         Retriever.from_checkpoint(searcher.no_itc, device="cpu")
 
 
