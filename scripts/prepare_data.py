@@ -49,7 +49,7 @@ The last line printed is one JSON object:
    "splits": {"train": N, "val": N, "test": N}}
 
 `prepare_data.py shards --from SRC --out DIR` writes streamed shards instead, for data past one
-disk or many nodes (vitbert.data.StreamingSource reads them; docs/scale-out.md): litdata chunks
+disk or many nodes (vitbert.streaming.StreamingSource reads them; docs/scale-out.md): litdata chunks
 of the original photo bytes and captions, from any layout above or an img2dataset webdataset
 folder (00000.tar, ...); see `prepare_data.py shards --help`.
 """
@@ -64,8 +64,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from vitbert.data import captioned_photos, layouts
-from vitbert.shapes import data as shapes
 from vitbert.data.cache import DataError
+from vitbert.shapes import data as shapes
 
 # Source settings a training config's data.source.init_args may hold, and their flag names here.
 CONFIG_KEYS = {"root": "root", "cache_dir": "out", "format": "format", "images_dir": "images_dir",
@@ -145,7 +145,7 @@ def fail(message: str) -> NoReturn:
 def add_shards_command(parser: argparse.ArgumentParser) -> None:
     """`prepare_data.py shards`: the streamed shards' command line, beside the flat form (which
     takes no command)."""
-    from vitbert.data import shards
+    from vitbert.streaming import shards
 
     commands = parser.add_subparsers(dest="command", metavar="shards")
     p = commands.add_parser("shards", description=shards.__doc__,
@@ -173,7 +173,7 @@ def add_shards_command(parser: argparse.ArgumentParser) -> None:
 
 
 def shards(args: argparse.Namespace) -> dict:
-    from vitbert.data.shards import write_shards
+    from vitbert.streaming.shards import write_shards
 
     try:
         summary = write_shards(args.source, args.out, args.format, args.images_dir, args.workers,

@@ -51,7 +51,7 @@ def test_each_photo_config_fits_two_steps_on_a_cpu(name, karpathy_flickr, tmp_pa
     from vitbert.cli import main
 
     if name == "web":
-        from vitbert.data.shards import write_shards
+        from vitbert.streaming.shards import write_shards
 
         write_shards(karpathy_flickr, tmp_path / "shards", workers=0, min_frequency=1)
         data = ["--data.source.init_args.shards", str(tmp_path / "shards")]

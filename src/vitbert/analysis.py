@@ -90,7 +90,9 @@ class Readings:
 
 # Where the data sources that checkpoints name have moved since they were written.
 MOVED_SOURCES = {"vitbert.data.ShapesSource": "vitbert.shapes.ShapesSource",
-                 "vitbert.data.sources.ShapesSource": "vitbert.shapes.ShapesSource"}
+                 "vitbert.data.sources.ShapesSource": "vitbert.shapes.ShapesSource",
+                 "vitbert.data.StreamingSource": "vitbert.streaming.StreamingSource",
+                 "vitbert.data.streaming.StreamingSource": "vitbert.streaming.StreamingSource"}
 
 
 def _source_from(settings: dict[str, Any], root: str | None, cache_dir: str | None):

@@ -1,6 +1,6 @@
 """`prepare_data.py shards`: litdata shards from every layout the folder source reads and an
 img2dataset tar folder; one sample per photo with its original bytes, the split kept, the
-tokenizer beside the shards, a truncated JPEG skipped and reported (vitbert.data.shards)."""
+tokenizer beside the shards, a truncated JPEG skipped and reported (vitbert.streaming.shards)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_every_layout_shards_the_photos_splits_and_captions_the_folder_source_re
     Kaggle file's broken row repaired, a blank caption dropped)."""
     from vitbert.data.cache import SPLITS, CaptionDataset
     from vitbert.data.flickr30k import build_cache
-    from vitbert.data.shards import write_shards
+    from vitbert.streaming.shards import write_shards
 
     root = flickr_root(fmt)
     # A quarter of this set is broken on purpose: more than a real copy may have by default.

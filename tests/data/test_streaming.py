@@ -1,7 +1,7 @@
-"""`vitbert.data.StreamingSource`: litdata shards as CaptionDataModule's source. Every caption
+"""`vitbert.streaming.StreamingSource`: litdata shards as CaptionDataModule's source. Every caption
 once an epoch with its photo's captions together, photos decoded in the loader workers, masks
 from (seed, epoch, caption), another order next epoch, val in written order, and a short fit
-through the real CLI (vitbert.data.streaming)."""
+through the real CLI (vitbert.streaming.source)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from litdata import StreamingDataset
 from shard_photos import karpathy_copy
 
 from vitbert.cli import main
-from vitbert.data import DataError, StreamingSource
+from vitbert.data import DataError
 from vitbert.data.cache import decode_image
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.shards import write_shards
 from vitbert.shapes import TwinContrast
+from vitbert.streaming import StreamingSource
+from vitbert.streaming.shards import write_shards
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_a_short_fit_through_the_cli(shards, tmp_path, monkeypatch):
     cli = main([
         "fit", *TINY_MODEL, *NO_LEVERS, "--model.net.image.image_size", "16",
         "--model.net.image.patch_size", "8",
-        "--data.source", "vitbert.data.StreamingSource",
+        "--data.source", "vitbert.streaming.StreamingSource",
         "--data.source.init_args.shards", str(shards),
         "--data.batch_size", "10", "--data.num_workers", "0",
         "--trainer.max_epochs", "1", "--trainer.log_every_n_steps", "2",

@@ -1,7 +1,7 @@
 """Streamed shards under two CPU processes (DDP, gloo), through scripts/train.py as a user runs
 it: each rank trains on its own photos, as many as the other's, in another order each epoch;
 and a run killed mid-epoch (SIGKILL, after a checkpoint) and resumed trains each rank on the
-very photos of the run never stopped and ends with the same weights (vitbert.data.streaming).
+very photos of the run never stopped and ends with the same weights (vitbert.streaming.source).
 
 The resume is tested, not trusted: litdata keeps its position in the loader's state_dict, which
 Lightning saves from rank zero alone and restores on every rank (litdata #775 and Lightning
@@ -26,7 +26,7 @@ from tiny_run import start_paused
 sys.path.insert(0, str(Path(__file__).parents[1] / "data"))
 from shard_photos import karpathy_copy  # tests/data/shard_photos.py, on the path above
 
-from vitbert.data.shards import write_shards
+from vitbert.streaming.shards import write_shards
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN_PHOTOS, STEPS_PER_EPOCH, EPOCHS = 24, 6, 2  # 2 photos a batch, 12 a rank an epoch
@@ -39,7 +39,7 @@ def _command(shards: Path, run: Path, *extra: str) -> list[str]:
         sys.executable, str(REPO / "scripts" / "train.py"), "fit", *TINY_MODEL, *NO_TWINS,
         "--model.net.image.image_size", "16", "--model.net.image.patch_size", "8",
         "--model.net.text.dropout", "0.1",
-        "--data.source", "vitbert.data.StreamingSource",
+        "--data.source", "vitbert.streaming.StreamingSource",
         "--data.source.init_args.shards", str(shards),
         "--data.batch_size", "10", "--data.num_workers", "1",
         "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vitbert.data import flickr30k
 from vitbert.data.cache import CaptionDataset, decode_image
-from vitbert.data.shards import write_shards
+from vitbert.streaming.shards import write_shards
 
 # Caption words for generated annotations: Flickr-like lengths and about ninety words.
 _WORDS = ("a an the man woman boy girl child dog dogs people group two three young old little "
@@ -161,7 +161,7 @@ def streamed_throughput(shards: Path, image_size: int, batch_size: int, num_work
     them: photos streamed, decoded and resized in the workers, each expanded to its captions;
     the same unit as :func:`loader_throughput`'s samples, after one warm-up batch."""
     from vitbert.data.sources import LoaderOptions
-    from vitbert.data.streaming import StreamingSource
+    from vitbert.streaming.source import StreamingSource
 
     options = LoaderOptions(batch_size=batch_size, num_workers=num_workers, pin_memory=False,
                             image_size=image_size, collate_fn=_stack)

@@ -116,7 +116,7 @@ def read_photo(path: str | Path, at_least: int | None = None) -> Image.Image:
 
 def read_photo_bytes(data: bytes, at_least: int | None = None) -> Image.Image:
     """:func:`read_photo` of a photo file's bytes (a streamed shard holds them as they were on
-    disk, `vitbert.data.shards`): the same checks, conversions and draft decoding."""
+    disk, `vitbert.streaming.shards`): the same checks, conversions and draft decoding."""
     if not data:
         raise BadImageError("zero-byte file")
     return _open_photo(io.BytesIO(data), at_least)

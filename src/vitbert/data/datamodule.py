@@ -1,7 +1,7 @@
 """The LightningDataModule: one class, fed by a data source (`vitbert.data.sources`).
 
 The source says where the image cache lives, builds it, and gives the training captions (a source
-that streams, `vitbert.data.streaming.StreamingSource`, gives its datasets, its training loader and
+that streams, `vitbert.streaming.StreamingSource`, gives its datasets, its training loader and
 its tokenizer instead). The data module owns the rest: the tokenizer (loaded from a path, or
 trained on the training captions and cached beside the data), the MLM collators (random masks for
 training, per-example deterministic masks for val / test / predict) and the loaders.
@@ -70,7 +70,7 @@ class CaptionDataModule(L.LightningDataModule):
         """
         Args:
             source: Where the captioned pictures come from: vitbert.data.Flickr30kSource (photos
-                on disk), vitbert.data.StreamingSource (litdata shards, local or s3://), or
+                on disk), vitbert.streaming.StreamingSource (litdata shards, local or s3://), or
                 vitbert.shapes.ShapesSource (generated: the embedded default).
             batch_size: Captions per batch (each distinct picture in it stacked once).
             num_workers: DataLoader worker processes (0 = load in the training process).

@@ -12,7 +12,7 @@ current), and the training captions the tokenizer learns from. Everything after 
 A new captioned set is a subclass of `DataSource` that writes the cache format of
 `vitbert.data.cache`; nothing else changes. A source that does not fit one disk brings its own
 datasets and training loader instead (`split_dataset`, `train_loader`, `tokenizer_file`,
-`read_summary`: `vitbert.data.streaming.StreamingSource` streams litdata shards). A source may also
+`read_summary`: `vitbert.streaming.StreamingSource` streams litdata shards). A source may also
 add fields of its own to the training items and batches (`training_items`, `batch_extra`: the
 shapes data's twin photos), score written captions in ways only its data allows
 (`caption_scores`: the shapes data checks both objects' colours and shapes; the caption

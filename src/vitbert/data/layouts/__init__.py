@@ -22,7 +22,7 @@ fit's split summary: layouts whose annotations carry a split come before those t
 Reading a layout means: find it (`detect`), parse its files into one `ImageRecord` per photo
 (bad rows skipped and named in `Parsed.bad_captions`), give photos without a split the hash split,
 and drop empty captions (`read_annotations`). Turning the records into the image cache is
-`vitbert.data.captioned_photos`'s work; streamed shards, `vitbert.data.shards`'.
+`vitbert.data.captioned_photos`'s work; streamed shards, `vitbert.streaming.shards`'.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reading streamed shards (`vitbert.data.shards`) into `CaptionDataModule`, through litdata.
+"""Reading streamed shards (`vitbert.streaming.shards`) into `CaptionDataModule`, through litdata.
 
 `StreamingSource` is a data source like the folder ones, with one difference: it brings its own
 datasets and training loader, so nothing is decoded ahead and nothing needs one disk:
@@ -36,10 +36,10 @@ import torch
 from litdata import StreamingDataLoader, StreamingDataset
 from torch.utils.data import DataLoader, Dataset
 
-from .cache import SPLITS, DataError, decode_image_bytes
-from .resume import MASK_KEY
-from .shards import SHARDS_VERSION, SUMMARY, TOKENIZER
-from .sources import DataSource, LoaderOptions
+from vitbert.data.cache import SPLITS, DataError, decode_image_bytes
+from vitbert.data.resume import MASK_KEY
+from vitbert.data.sources import DataSource, LoaderOptions
+from vitbert.streaming.shards import SHARDS_VERSION, SUMMARY, TOKENIZER
 
 DEFAULT_CACHE_ROOT = "data/shard-cache"
 
@@ -120,7 +120,7 @@ class ShardCaptions(Dataset):
 
 class StreamingSource(DataSource):
     """Captioned photos streamed from litdata shards (``scripts/prepare_data.py shards``), from
-    a local folder or a cloud URL; see `vitbert.data.streaming`."""
+    a local folder or a cloud URL; see `vitbert.streaming.source`."""
 
     caches_images = False  # no image cache: the frozen-tower feature cache cannot be built
 

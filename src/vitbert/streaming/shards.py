@@ -4,7 +4,7 @@ The image cache (`vitbert.data.cache`) decodes every photo into one uint8 array 
 web-scale set (CC3M, CC12M, a LAION subset: millions of photos fetched by img2dataset) neither
 fits there nor serves several nodes. litdata (Lightning's streaming engine) does: `litdata.optimize`
 writes chunk files, `StreamingDataset` streams them from a folder or ``s3://`` and deals the
-chunks to ranks and workers (`vitbert.data.streaming` reads them). This module only says *what*
+chunks to ranks and workers (`vitbert.streaming.source` reads them). This module only says *what*
 goes into the chunks; litdata does the chunking, the index and the streaming.
 
 A shard folder (``scripts/prepare_data.py shards --from SRC --out DIR``):
@@ -49,10 +49,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from . import captioned_photos, layouts
-from .cache import SPLITS, BadImageError, DataError, read_photo_bytes
-from .files import atomic_write
-from .tokenizer import save_tokenizer, train_wordpiece
+from vitbert.data import captioned_photos, layouts
+from vitbert.data.cache import SPLITS, BadImageError, DataError, read_photo_bytes
+from vitbert.data.files import atomic_write
+from vitbert.data.tokenizer import save_tokenizer, train_wordpiece
 
 SHARDS_VERSION = 1
 SUMMARY = "shards.json"
