@@ -12,8 +12,10 @@ import torch.nn.functional as F
 
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.features import (
+    BACKBONE_KEY,
     FEATURES_KEY,
     build_image_features,
+    compute_dtype,
     feature_key,
 )
 from vitbert.lit.module import MaskedLMModule
@@ -56,8 +58,9 @@ def test_cached_rows_are_the_towers_output(datamodule, image_tokens):
     assert model.image_tower.training  # the build restores the mode it found
     pixels = torch.from_numpy(np.load(datamodule.cache_dir / "images.npy"))
     model.image_tower.eval()
-    with torch.no_grad():
-        expected = model.tower_tokens(pixels)  # (R, N, D_img)
+    dtype = compute_dtype(torch.device("cpu"))  # bf16 where the CPU has it, as the build ran
+    with torch.no_grad(), torch.autocast("cpu", dtype, enabled=dtype != torch.float32):
+        expected = model.tower_tokens(pixels).float()  # (R, N, D_img)
     assert cached.dtype == np.float16 and cached.shape == tuple(expected.shape)
     assert cached.shape[1] == (1 if image_tokens == "pooled" else (IMAGE_SIZE // 4) ** 2)
     torch.testing.assert_close(torch.from_numpy(np.array(cached)).float(), expected,
@@ -128,29 +131,91 @@ def test_new_tower_weights_or_settings_mean_a_new_cache(datamodule):
     assert files == sorted([changed.path.name, changed.path.with_suffix(".json").name])
 
 
-def test_fit_with_a_frozen_tower_trains_on_cached_features(datamodule, tmp_path):
+class BatchKeys(L.Callback):
+    """Records the keys of every training and validation batch."""
+
+    def __init__(self) -> None:
+        self.seen: list[set[str]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.seen.append(set(batch))
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dl_idx=0):
+        self.seen.append(set(batch))
+
+
+# A run bounded by steps alone counts them without a loader; one bounded by epochs has Lightning
+# build the training loader before the fit starts (for the schedule's length), which must then
+# be built again from the cache.
+RUN_LENGTHS = {"steps": {"max_steps": 3}, "epochs": {"max_epochs": 1, "limit_train_batches": 3}}
+
+
+@pytest.mark.parametrize("length", RUN_LENGTHS)
+def test_fit_with_a_frozen_tower_trains_on_cached_features(datamodule, tmp_path, length):
     config = tiny_config(datamodule.num_tokens)
     module = MaskedLMModule(net=config, vocab_size=datamodule.num_tokens,
                             freeze_image_tower=True, num_examples=0)
     tower_before = {k: v.clone() for k, v in module.net.image_tower.state_dict().items()}
-    seen: list[set[str]] = []
-
-    class Spy(L.Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            seen.append(set(batch))
-
-        def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dl_idx=0):
-            seen.append(set(batch))
-
-    trainer = L.Trainer(max_steps=3, val_check_interval=3, limit_val_batches=1,
+    spy = BatchKeys()
+    trainer = L.Trainer(**RUN_LENGTHS[length], val_check_interval=3, limit_val_batches=1,
                         num_sanity_val_steps=1, accelerator="cpu", logger=False,
                         enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=tmp_path, callbacks=[Spy()])
+                        default_root_dir=tmp_path, callbacks=[spy])
     trainer.fit(module, datamodule=datamodule)
+    seen = spy.seen
     assert seen and all(FEATURES_KEY in keys and "images" not in keys for keys in seen)
     assert len(list(datamodule.cache_dir.glob("features-*.npy"))) == 1
     for k, v in module.net.image_tower.state_dict().items():
         assert torch.equal(v, tower_before[k]), k
     # Validation ran all three conditions, the another-photo one on other photos' features.
     assert len(seen) == 3 + 2 and any("mismatch" in k for k in trainer.callback_metrics)
+
+
+@pytest.mark.parametrize("pool", [True, False], ids=["pooled", "map"])
+def test_fit_with_a_frozen_cnn_trains_the_rest_of_the_tower_on_its_cached_output(
+        datamodule, tmp_path, pool):
+    """``freeze_image_backbone``: the hybrid tower's timm CNN is cached once (its map, or its
+    mean), training reads the cache, the CNN never moves and stays in eval mode, every part after
+    it trains; the loss is the one the tower would give run whole from the pixels."""
+    config = VitBertConfig.from_dict({
+        "image": {"kind": "hybrid", "backbone": "resnet10t", "backbone_pool": pool,
+                  "image_size": 64, "patch_size": 1, "dim": 16, "depth": 1, "num_heads": 2},
+        "text": {"dim": 24, "depth": 1, "num_heads": 2, "max_len": 32},
+        "vocab_size": datamodule.num_tokens, "image_tokens": "patches"})
+    datamodule.image_size = 64
+    datamodule.train_transform = None  # the loss comparison below reads the pictures as they are
+    module = MaskedLMModule(net=config, vocab_size=datamodule.num_tokens,
+                            freeze_image_backbone=True, num_examples=0)
+    tower = module.net.image_tower
+    backbone_before = {k: v.clone() for k, v in tower.patch_embed.backbone.state_dict().items()}
+    rest_before = {k: v.clone() for k, v in tower.state_dict().items()
+                   if not k.startswith("patch_embed.backbone.")}
+    spy = BatchKeys()
+    trainer = L.Trainer(**RUN_LENGTHS["epochs"], limit_val_batches=1, num_sanity_val_steps=0,
+                        accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, callbacks=[spy])
+    trainer.fit(module, datamodule=datamodule)
+    assert spy.seen and all(BACKBONE_KEY in keys and "images" not in keys for keys in spy.seen)
+    cached = np.load(next(datamodule.cache_dir.glob("features-*.npy")), mmap_mode="r")
+    assert cached.shape[1:] == ((512, 1, 1) if pool else (512, 2, 2))  # resnet10t: stride 32
+    assert not tower.patch_embed.backbone.training
+    for k, v in tower.patch_embed.backbone.state_dict().items():
+        assert torch.equal(v, backbone_before[k]), k  # running statistics included
+    assert any(not torch.equal(v, rest_before[k]) for k, v in tower.state_dict().items()
+               if k in rest_before)
+
+    # The cache holds what the CNN gives each picture (stored in fp16, computed in bf16 where
+    # the CPU has it), and the tower from it is the tower run whole from the pixels.
+    datamodule.use_image_features(None)
+    batch = next(iter(datamodule.val_dataloader()))  # pixels, one per distinct photo
+    module.eval()
+    with torch.no_grad():
+        features = tower.patch_embed.features(tower.normalize(batch["images"]))  # (P, C, h, w)
+        rows = batch["image_id"][torch.unique(batch["image_index"], return_inverse=False)]
+        stored = torch.from_numpy(np.array(cached[rows.numpy()])).float()
+        similarity = F.cosine_similarity(stored.flatten(1), features.flatten(1), dim=1)
+        assert similarity.min() > 0.999
+        torch.testing.assert_close(module.net.tower_tokens_from_backbone(features),
+                                   module.net.tower_tokens(batch["images"]))

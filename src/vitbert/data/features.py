@@ -193,6 +193,9 @@ def attach_image_features(trainer: Any, model: Any, part: str = "tower",
     features = build_image_features(model, datamodule.cache_dir, part, batch_size,
                                     progress=False)
     datamodule.use_image_features(features)
+    # Lightning built the training loader already, to count the run's steps for the schedule;
+    # it would go on serving pixels: have the fit loop build it again, from the cache.
+    trainer.fit_loop._combined_loader = None
     return features
 
 
