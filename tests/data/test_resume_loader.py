@@ -117,3 +117,47 @@ def test_under_ddp_each_rank_gets_whole_photos(ranks, monkeypatch):
     full = ranks - (m * ranks - 50)  # ranks that read no padding; the others one repeat each
     real = [share if rank < full else share[:-1] for rank, share in enumerate(shares)]
     assert [i for share in real for i in share] == grouped  # consecutive shares of the order
+
+
+def test_length_grouped_order_pads_little_and_depends_on_seed_and_epoch():
+    """Every index once an epoch; a batch's lengths close together (a random batch of these
+    lengths spans nearly all of them); the order a function of (seed, epoch)."""
+    import random
+
+    lengths = [random.Random(i).randint(5, 40) for i in range(1000)]
+    batch = 16
+
+    def order(seed: int, epoch: int) -> list[int]:
+        sampler = EpochShuffle(len(lengths), seed, lengths=lengths, batch_size=batch)
+        sampler.set_epoch(epoch)
+        return [index for index, _, _ in sampler]
+
+    first = order(3, 0)
+    assert sorted(first) == list(range(1000))
+    assert first == order(3, 0) and first != order(3, 1) and first != order(4, 0)
+    batches = [first[k:k + batch] for k in range(0, 1000 // batch * batch, batch)]
+    spans = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches]
+    assert sum(spans) / len(spans) < 3  # random batches: about 30
+    starts = [min(lengths[i] for i in b) for b in batches]
+    assert starts != sorted(starts)  # the batches themselves come in a shuffled order
+
+
+def test_length_grouped_loader_resumes_mid_epoch():
+    lengths = [i % 13 for i in range(50)]
+
+    def loader():
+        return resumable_loader(Numbers(), seed=7, lengths=lengths, batch_size=8,
+                                collate_fn=lambda items: [it["index"] for it in items])
+
+    whole = _epoch(loader(), 0)
+    stopped = loader()
+    head = _epoch(stopped, 0, stop=3)
+    resumed = loader()
+    resumed.load_state_dict(stopped.state_dict())
+    assert head + _epoch(resumed, 0) == whole
+    assert sorted(i for batch in whole for i in batch) == list(range(50))
+
+
+def test_photos_and_lengths_are_not_grouped_together():
+    with pytest.raises(ValueError, match=r"group_by_photo, data\.group_by_length"):
+        EpochShuffle(4, 0, groups=[0, 0, 1, 1], lengths=[1, 2, 3, 4])

@@ -66,6 +66,7 @@ class CaptionDataModule(L.LightningDataModule):
         content_weight: float = 1.0,
         random_crop_scale: float = 1.0,
         group_by_photo: bool = False,
+        group_by_length: bool = False,
     ):
         """
         Args:
@@ -103,6 +104,10 @@ class CaptionDataModule(L.LightningDataModule):
                 photo, not per caption: the same loss for about a fifth of the tower's work.
                 Batches then hold fewer distinct photos. Nothing changes with one caption per
                 picture (the generated shapes).
+            group_by_length: Training only: batches of captions of about one length (sorted
+                within windows of 50 batches, the batches shuffled), so little of a batch is
+                padding: random batches of Flickr captions are padded to twice their mean
+                length. Not with group_by_photo.
         """
         super().__init__()
         for name, split in (("val_split", val_split), ("test_split", test_split),
@@ -126,6 +131,7 @@ class CaptionDataModule(L.LightningDataModule):
         self.content_weight = content_weight
         self.train_transform = random_resized_crop(image_size, random_crop_scale)
         self.group_by_photo = group_by_photo
+        self.group_by_length = group_by_length
         self._tokenizer: PreTrainedTokenizerFast | None = None
         self._datasets: dict[str, Dataset] = {}
         self._image_features: ImageFeatures | None = None
@@ -300,7 +306,9 @@ class CaptionDataModule(L.LightningDataModule):
             dataset = self.source.training_items(dataset)
         if train:  # resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume
             groups = dataset.rows if self.group_by_photo else None  # (captions,) photo rows
-            make = functools.partial(resumable_loader, groups=groups)
+            lengths = ([len(c.split()) for c in dataset.captions] if self.group_by_length
+                       else None)
+            make = functools.partial(resumable_loader, groups=groups, lengths=lengths)
         else:
             make = eval_loader
         return make(

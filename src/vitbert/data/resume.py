@@ -43,11 +43,19 @@ class EpochShuffle(Sampler[tuple[int, int, int]]):
     are shuffled and each group's indices come out consecutively, in dataset order: a batch of
     Flickr30k's captions then holds about B / 5 photos, which the collator stacks once each and
     the model runs its image tower on once each (``MLMCollator``, ``VitBert``'s image_index).
-    Every index still comes once per epoch. Under DDP see :meth:`__iter__`.
+    With ``lengths`` ((size,) e.g. each caption's words) and ``batch_size`` each batch holds
+    captions of about one length (:func:`by_length`): a batch is padded to its longest caption,
+    and random batches of Flickr captions are padded to twice their mean length. Every index
+    still comes once per epoch. Under DDP see :meth:`__iter__`.
     """
 
-    def __init__(self, size: int, seed: int, groups: Sequence[int] | None = None) -> None:
+    def __init__(self, size: int, seed: int, groups: Sequence[int] | None = None,
+                 lengths: Sequence[int] | None = None, batch_size: int = 1) -> None:
+        if groups is not None and lengths is not None:
+            raise ValueError("keep a photo's captions together or group captions by length, "
+                             "not both (data.group_by_photo, data.group_by_length)")
         self.size, self.seed = size, seed
+        self.lengths, self.batch_size = lengths, batch_size
         self.epoch = 0
         self.groups: list[list[int]] | None = None  # the indices of each group, in dataset order
         if groups is not None:
@@ -72,6 +80,9 @@ class EpochShuffle(Sampler[tuple[int, int, int]]):
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         if self.groups is None:
             order = torch.randperm(self.size, generator=generator).tolist()
+            if self.lengths is not None:
+                order = by_length(order, self.lengths, self.batch_size * _world_size(),
+                                  generator)
         else:
             shuffled = torch.randperm(len(self.groups), generator=generator).tolist()
             order = interleave([i for g in shuffled for i in self.groups[g]], _world_size())
@@ -80,6 +91,28 @@ class EpochShuffle(Sampler[tuple[int, int, int]]):
 
     def __len__(self) -> int:
         return self.size
+
+
+def by_length(order: list[int], lengths: Sequence[int], batch: int,
+              generator: torch.Generator, window: int = 50) -> list[int]:
+    """A random ``order`` regrouped into batches of about one length (Hugging Face's
+    ``group_by_length``): each window of ``window`` batches is sorted by length and cut into
+    batches of ``batch`` indices, every full batch of the epoch is shuffled, and the indices of
+    the windows' partial batches come last, so the loader's batches stay aligned with them.
+    Under DDP ``batch`` is the batch size times the processes: the round-robin deal gives each
+    process its share of every one."""
+    full: list[list[int]] = []
+    rest: list[int] = []
+    for start in range(0, len(order), batch * window):
+        chunk = sorted(order[start:start + batch * window], key=lambda i: lengths[i])
+        for first in range(0, len(chunk), batch):
+            piece = chunk[first:first + batch]
+            if len(piece) == batch:
+                full.append(piece)
+            else:
+                rest.extend(piece)
+    shuffled = torch.randperm(len(full), generator=generator).tolist()
+    return [i for b in shuffled for i in full[b]] + rest
 
 
 def _world_size() -> int:
@@ -186,14 +219,16 @@ class ResumableLoader(DataLoader):
 
 
 def resumable_loader(dataset: Dataset, seed: int | None = None,
-                     groups: Sequence[int] | None = None, **loader_args: Any) -> DataLoader:
+                     groups: Sequence[int] | None = None, lengths: Sequence[int] | None = None,
+                     **loader_args: Any) -> DataLoader:
     """A shuffling training loader that resumes exactly; ``loader_args`` go to ``DataLoader``
     (not ``shuffle`` or ``sampler``). ``seed`` defaults to a draw from torch's global RNG, so
     ``seed_everything`` sets the order; the checkpoint stores it. ``groups``: keep each group's
-    indices together (:class:`EpochShuffle`)."""
+    indices together; ``lengths``: batches of about one length (:class:`EpochShuffle`)."""
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
-    sampler = EpochShuffle(len(dataset), seed, groups)  # type: ignore[arg-type]
+    sampler = EpochShuffle(len(dataset), seed, groups,  # type: ignore[arg-type]
+                           lengths, loader_args.get("batch_size", 1))
     # The loader's own generator: creating an iterator then draws no number from the global RNG,
     # which the model's dropout reads and the checkpoint restores (vitbert.lit.resume).
     generator = torch.Generator().manual_seed(seed)
