@@ -11,6 +11,7 @@ the longest caption are set once, on the model, and passed to the data.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import sys
 import warnings
@@ -205,8 +206,8 @@ class VitBertCLI(ProjectCLI):
         self.config = self.parser.parse_object(stored, self.config)
         kept = dict(self.config[subcommand].model.items())
         replaced = [f"model.{key} {asked[key]!r} (the checkpoint's: {kept[key]!r})"
-                    for key in sorted(asked) if key in kept and asked[key] != kept[key]
-                    and not _filled_in(key, asked[key])]
+                    for key in sorted(asked) if key in kept and not _filled_in(key, asked[key])
+                    and _canonical(asked[key], key) != _canonical(kept[key], key)]
         if subcommand == "fit" and replaced:
             warnings.warn(f"resuming {path} with the settings it "
                           f"was trained with; ignored: {'; '.join(replaced)}. To train with "
@@ -217,6 +218,26 @@ class VitBertCLI(ProjectCLI):
         self._load_weights_only()
         if not self.config_init["fit"].get("ckpt_path") and not self.model.hparams.init_from:
             check_image_weights(self.model.net.config.image.pretrained)  # a fresh run loads it
+
+
+def _canonical(value: object, key: str = "") -> object:
+    """A setting as compared on resume: a class named by where it is defined, whichever path
+    named it (a config says ``vitbert.shapes.BindingLevers``; a checkpoint stores what the class
+    reports, ``vitbert.shapes.model.BindingLevers``), nested settings as plain dicts and lists."""
+    if hasattr(value, "as_dict"):  # a jsonargparse Namespace
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {k: _canonical(v, k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if key.rsplit(".", 1)[-1] == "class_path" and isinstance(value, str):
+        module, _, name = value.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError):
+            return value
+        return f"{found.__module__}.{found.__qualname__}"
+    return value
 
 
 def _filled_in(key: str, asked: object) -> bool:

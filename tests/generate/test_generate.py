@@ -18,37 +18,39 @@ from vitbert.decoding import (
 )
 from vitbert.decoding.generate import _NextWord, _restrict
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
+from vitbert.shapes import BindingLevers
 
 TOKENS = CaptionTokens(cls=2, sep=3, mask=4, banned=(0, 1, 2, 4))
 
 
-def random_model(lookup_heads: int = 0, chroma_dim: int = 0, itc_dim: int = 0,
+def random_model(lookup_heads: int = 0, hue_dim: int = 0, itc_dim: int = 0,
                  share_window: int = 0) -> VitBert:
     """A tiny model with large random weights: pieces that depend on the image and on the words
     written, not a near-uniform guess; a [SEP] bias that ends captions at different lengths.
-    With ``lookup_heads`` the neighbour lookup too (its output no longer zero), with
-    ``chroma_dim`` a tower that keeps hue apart, which the lookup then reads; with
-    ``share_window`` that tower's places too, a lookup that says where it looked, and words
-    that hear the reads near them."""
-    image = ImageTowerConfig(kind="conv_stem" if chroma_dim else "vit", image_size=16,
-                             patch_size=8, dim=32, depth=1, num_heads=2, chroma_dim=chroma_dim,
-                             chroma_place=bool(share_window))
+    With ``lookup_heads`` the shapes data's extension (``vitbert.shapes.BindingLevers``) and its
+    neighbour lookup (its output no longer zero), with ``hue_dim`` a tower that keeps hue apart,
+    which the lookup then reads; with ``share_window`` that tower's places too, a lookup that
+    says where it looked, and words that hear the reads near them."""
+    image = ImageTowerConfig(kind="conv_stem" if hue_dim else "vit", image_size=16,
+                             patch_size=8, dim=32, depth=1, num_heads=2)
     text = TextTowerConfig(dim=24, depth=2, num_heads=2, max_len=12)
+    extension = BindingLevers(hue_dim=hue_dim, places=bool(share_window),
+                              lookup_heads=lookup_heads, share_window=share_window,
+                              lookup_place=bool(share_window)) if lookup_heads else None
     torch.manual_seed(0)
     net = VitBert(VitBertConfig(image=image, text=text, vocab_size=30, itc_dim=itc_dim,
-                                neighbour_lookup_heads=lookup_heads,
-                                lookup_share_window=share_window,
-                                lookup_place=bool(share_window))).eval()
+                                extension=extension)).eval()
+    assert (net.reader is not None) == bool(lookup_heads)
     with torch.no_grad():
         for param in net.parameters():
             if param.ndim > 1:
                 param.normal_(0.0, 0.3)
-        if chroma_dim:  # a read this large would write every row alike: one length
-            net.lookup.out.weight.mul_(0.2)
-            if net.lookup.place is not None:
-                net.lookup.place.weight.mul_(0.2)
+        if hue_dim:  # a read this large would write every row alike: one length
+            net.reader.lookup.out.weight.mul_(0.2)
+            if net.reader.lookup.place is not None:
+                net.reader.lookup.place.weight.mul_(0.2)
         if share_window:
-            net.read_sharing.mix.weight.mul_(0.5)
+            net.reader.sharing.mix.weight.mul_(0.5)
         net.mlm_head.decoder.bias.zero_()
         net.mlm_head.decoder.bias[TOKENS.sep] = 3.0
     return net
@@ -74,10 +76,11 @@ def test_cached_and_uncached_greedy_write_the_same_pieces(model, images):
 
 
 def test_cached_and_uncached_beams_agree_and_text_only_works(model, images):
-    for kwargs in ({"images": images}, {"images": None, "num_captions": 2}):
-        cached = beam_search(model, TOKENS, num_beams=3, num_return_sequences=3, **kwargs)
-        uncached = beam_search(model, TOKENS, num_beams=3, num_return_sequences=3,
-                               use_cache=False, **kwargs)
+    for photos, count in ((images, len(images)), (None, 1)):  # no image: one caption
+        cached = beam_search(model, TOKENS, photos, num_beams=3, num_return_sequences=3)
+        uncached = beam_search(model, TOKENS, photos, num_beams=3, num_return_sequences=3,
+                               use_cache=False)
+        assert len(cached) == count
         assert [[g.token_ids for g in b] for b in cached] == \
                [[g.token_ids for g in b] for b in uncached]
 
@@ -112,6 +115,8 @@ def test_mask_predict_fills_every_mask(model, images):
         assert len(g.token_ids) in (3, 5, 10)  # 30 is cut to what the positions hold
         assert TOKENS.mask not in g.token_ids
         assert not set(g.token_ids) & {0, 1, 2, 3, 4}
+    (no_image,) = mask_predict(model, TOKENS, None, lengths=(3,), iterations=2)  # one caption
+    assert len(no_image.token_ids) == 3 and TOKENS.mask not in no_image.token_ids
 
 
 def test_cached_and_uncached_sampling_draw_the_same_and_a_seed_repeats(model, images):
@@ -138,7 +143,7 @@ def test_the_first_piece_is_drawn_with_the_models_probabilities():
     net, photo = random_model(), torch.randint(0, 256, (1, 3, 16, 16), dtype=torch.uint8)
     written = torch.full((1, 1), TOKENS.cls)
     # The banned pieces ([SEP] first among them) out, the rest renormalised, as sampling does.
-    wanted = _restrict(_NextWord(net, TOKENS, photo, 1, True)(written), TOKENS, 0).softmax(-1)[0]
+    wanted = _restrict(_NextWord(net, TOKENS, photo, True)(written), TOKENS, 0).softmax(-1)[0]
     n = 4000
     drawn = torch.tensor([s.token_ids[0] for s in sample(net, TOKENS, photo, num_samples=n)[0]])
     share = torch.bincount(drawn, minlength=len(wanted)).float() / n
@@ -162,7 +167,7 @@ def alone(net, caption: Generated, photo: Tensor, tokens: CaptionTokens
         hidden[0, position] = tokens.mask
         target = torch.zeros_like(keep)
         target[0, position] = True
-        logits = net(hidden, keep, target_mask=target, images=photo[None])  # (1, V)
+        logits = net(hidden, keep, net.photos(photo[None]), target_mask=target)  # (1, V)
         likelihood += logits.log_softmax(-1)[0, ids[0, position]].item()
     return similarity, likelihood
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from vitbert.data.shapes_captions import binding_swaps
 
 from vitbert.data.tokenizer import train_wordpiece
-from vitbert.lit.binding import binding_scores, content_pieces, pseudo_log_likelihood
-from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
+from vitbert.lit.binding import (
+    BindingEvaluation,
+    binding_scores,
+    content_pieces,
+    pseudo_log_likelihood,
+)
+from vitbert.models import ImageTowerConfig, Photos, TextTowerConfig, VitBert, VitBertConfig
+from vitbert.shapes.captions import binding_swaps
 
 CAPTIONS = ["a small red circle left of a large blue square",
             "the large green cross is above the small yellow triangle"] * 3
@@ -38,19 +43,25 @@ def test_the_pseudo_log_likelihood_is_each_content_piece_hidden_in_turn(net, tok
     images = pictures(2)
     index = torch.tensor([1, 0])
     total, readings = pseudo_log_likelihood(net, ids, keep, content, tokenizer.mask_token_id,
-                                            images, index, chunk=3)
+                                            net.photos(images, index), chunk=3)
     for b in range(2):
         expected = 0.0
         for position in content[b].nonzero().squeeze(1).tolist():
             masked = ids[b:b + 1].clone()
             masked[0, position] = tokenizer.mask_token_id
             with torch.no_grad():
-                logits = net(masked, keep[b:b + 1], images=images[index[b]][None])  # (1, T, V)
+                logits = net(masked, keep[b:b + 1], net.photos(images[index[b]][None]))  # (1, T, V)
             expected += logits[0, position].log_softmax(-1)[ids[b, position]].item()
         assert total[b].item() == pytest.approx(expected, abs=1e-4)
         assert len(readings[b]) == int(content[b].sum())
     words = tokenizer.convert_ids_to_tokens(ids[0][content[0]])
     assert "a" not in words and "of" not in words and "red" in words  # content words only
+    # Photos without an index: caption b sees photo b (the Photos contract).
+    own, _ = pseudo_log_likelihood(net, ids, keep, content, tokenizer.mask_token_id,
+                                   net.photos(images[index]))
+    torch.testing.assert_close(own, total)
+    text_only, _ = pseudo_log_likelihood(net, ids, keep, content, tokenizer.mask_token_id, None)
+    assert not torch.allclose(text_only, total)
 
 
 def test_a_negative_that_is_the_caption_itself_ties(net, tokenizer):
@@ -72,7 +83,10 @@ class RedThenBlue(nn.Module):
         self.vocab_size = len(tokenizer)
         self.anchor = nn.Parameter(torch.zeros(()))  # gives the model a device
 
-    def forward(self, input_ids, attention_mask, target_mask=None, **_):
+    def photos(self, images, index=None):
+        return Photos(images.float(), index)
+
+    def forward(self, input_ids, attention_mask, photos=None, target_mask=None, **_):
         position = target_mask.nonzero()[:, 1]  # (M,) the hidden piece of each row
         logits = torch.zeros(len(position), self.vocab_size)
         logits[:, self.red] = torch.where(position < 5, 2.0, 1.0)
@@ -104,3 +118,28 @@ def test_the_shapes_swaps_exchange_colours_shapes_and_turn_the_relation():
     same_colour = dict(binding_swaps("the small red cross is below the large red square"))
     assert set(same_colour) == {"shape", "relation"}
     assert same_colour["relation"] == "the small red cross is above the large red square"
+
+
+@pytest.mark.parametrize("evaluation", ["binding", "captions", "retrieval"])
+def test_the_whole_split_evaluations_are_off_by_default_and_a_config_switches_them_on(
+        evaluation):
+    """--binding.*, --captions.*, --retrieval.*: 0 pictures (off) unless a config asks; the
+    embedded default's configs/default.yaml asks for each."""
+    from helpers import train_cli
+
+    from vitbert.cli import DEFAULT_CONFIG
+    from vitbert.lit.evaluation import CaptionEvaluation
+    from vitbert.lit.retrieval import RetrievalEvaluation
+
+    kind = {"binding": BindingEvaluation, "captions": CaptionEvaluation,
+            "retrieval": RetrievalEvaluation}[evaluation]
+    assert kind().num_images == 0
+
+    def parse(*args: str) -> dict:
+        args = ["fit", "--config", str(DEFAULT_CONFIG), *args]  # as train.py parses them
+        return train_cli(args).parser.parse_args(args).fit.as_dict()[evaluation]
+
+    bare = train_cli(["fit"])._parser("fit").get_defaults()  # no config: the class defaults
+    assert bare[evaluation].num_images == 0
+    assert parse()["num_images"] > 0  # the embedded default asks for it
+    assert parse(f"--{evaluation}.num_images", "7")["num_images"] == 7

@@ -1,7 +1,8 @@
 """Caption metrics: CIDEr-D equals coco-caption's, BLEU-4 a hand-computed value."""
 
 import pytest
-from vitbert.lit.caption_metrics import CaptionMetrics, cider_d, tokenize
+
+from vitbert.lit.metrics import CaptionMetrics, cider_d, tokenize
 
 REFERENCES = [
     ["a man is riding a horse on the beach", "a person rides a brown horse along the shore",

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import TINY_MODEL
+from helpers import DEFAULT_OBJECTIVES, TINY_MODEL
 from tiny_run import tiny_shapes
-from vitbert.lit.captioning import caption_figures, images_and_references
 
 from vitbert.cli import main
 from vitbert.data.tokenizer import train_wordpiece
+from vitbert.lit.evaluation import caption_figures, images_and_references
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
 
 CAPTIONS = ["a small red circle left of a large blue square",
@@ -65,7 +66,7 @@ def test_caption_figures_with_and_without_the_image():
 
 
 def test_a_model_with_contrastive_heads_adds_the_reranked_captions(monkeypatch):
-    from vitbert.lit import captioning
+    from vitbert.lit import evaluation
 
     tokenizer = train_wordpiece(CAPTIONS * 5, vocab_size=100, min_frequency=1)
     image = ImageTowerConfig(kind="vit", image_size=16, patch_size=8, dim=16, depth=1,
@@ -74,14 +75,14 @@ def test_a_model_with_contrastive_heads_adds_the_reranked_captions(monkeypatch):
     net = VitBert(VitBertConfig(image=image, text=text, vocab_size=len(tokenizer), itc_dim=8))
     dataset = FakeDataset([0, 1, 1, 2], CAPTIONS + CAPTIONS[:1])
     chosen = []
-    real = captioning.sample_and_rerank
+    real = evaluation.sample_and_rerank
 
     def spy(*args, **kwargs):
         found = real(*args, **kwargs)
         chosen.extend(tokenizer.decode(f[0].token_ids, skip_special_tokens=True) for f in found)
         return found
 
-    monkeypatch.setattr(captioning, "sample_and_rerank", spy)
+    monkeypatch.setattr(evaluation, "sample_and_rerank", spy)
     written = {}
 
     def scores(candidates, references):
@@ -97,7 +98,7 @@ def test_a_model_with_contrastive_heads_adds_the_reranked_captions(monkeypatch):
 def test_ddp_shares_are_put_back_in_order(monkeypatch):
     """Process r captions images r, r + W, …: the gathered lists interleave back to the order of
     one process, also when the shares differ in length."""
-    from vitbert.lit import captioning
+    from vitbert.lit import evaluation
 
     items = list("abcdefg")
     shares = [items[r::3] for r in range(3)]  # ["a","d","g"], ["b","e"], ["c","f"]
@@ -107,8 +108,8 @@ def test_ddp_shares_are_put_back_in_order(monkeypatch):
         out[:] = shares
 
     monkeypatch.setattr(torch.distributed, "all_gather_object", all_gather_object)
-    assert captioning.gather_in_order(shares[1], 3) == items
-    assert captioning.gather_in_order(items, 1) == items  # one process: nothing to gather
+    assert evaluation.gather_in_order(shares[1], 3) == items
+    assert evaluation.gather_in_order(items, 1) == items  # one process: nothing to gather
 
 
 def fit(tmp: Path, *extra: str):
@@ -121,9 +122,16 @@ def fit(tmp: Path, *extra: str):
 
 @pytest.mark.parametrize("share", [0.0, 1.0])
 def test_caption_figures_are_logged_only_for_generation_runs(share, tmp_path, monkeypatch):
+    """The embedded default's objectives, CaptionWriting at ``share``: at 0 the module does not
+    write captions and CaptionEvaluation stays silent although asked for 16 images."""
     monkeypatch.chdir(tmp_path)
-    cli = fit(tmp_path, "--model.generation_probability", str(share),
+    writing = {"class_path": "vitbert.lit.objectives.CaptionWriting",
+               "init_args": {"probability": share}}
+    listed = [DEFAULT_OBJECTIVES[name] for name in ("itc", "words")] + [writing] + [
+        DEFAULT_OBJECTIVES[name] for name in ("focus", "twins")]
+    cli = fit(tmp_path, "--model.objectives", json.dumps(listed),
               "--captions.num_images", "16")
+    assert cli.model.writes_captions == bool(share)
     logged = set(cli.trainer.callback_metrics)
     caption_keys = {f"val/{k}{s}" for k in ("bleu4", "cider", "colour_shape", "colours", "shapes")
                     for s in ("", "_text")}

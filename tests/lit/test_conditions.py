@@ -7,7 +7,6 @@ import itertools
 import pytest
 import torch
 
-from vitbert.data.features import select_captions
 from vitbert.lit.conditions import (
     ANOTHER_PHOTO,
     CONDITIONS,
@@ -15,7 +14,25 @@ from vitbert.lit.conditions import (
     WITH_PHOTO,
     another_photo,
     read,
+    select_captions,
 )
+
+
+class Recorder:
+    """A stand-in network: records the Photos of each reading (None: text only) and returns
+    logits of the right shape (one row per target)."""
+
+    def __init__(self) -> None:
+        self.seen = []
+
+    def __call__(self, input_ids, attention_mask, photos=None, target_mask=None, **_):
+        self.seen.append(photos)
+        return torch.zeros(int(target_mask.sum()), 4)
+
+    def shown(self, k: int) -> torch.Tensor:
+        """The pixels (here: the image id) each caption of reading ``k`` sees."""
+        photos = self.seen[k]
+        return photos.tokens if photos.index is None else photos.tokens[photos.index]
 
 
 def test_conditions_are_declared_once_with_distinct_names():
@@ -73,8 +90,10 @@ def test_a_batch_whose_captions_share_one_photo_is_left_out_and_counted():
     _, has_other = another_photo(image_ids)
     assert not has_other.any()
     batch = tiny_batch(image_ids)
-    readings = read(lambda b, images: torch.zeros(int((b["labels"] >= 0).sum()), 4), batch)
+    net = Recorder()
+    readings = read(net, batch, batch["images"])
     logits, reads = readings[ANOTHER_PHOTO]
+    assert len(net.seen) == 2  # with the photo and text only: the control read nothing
     assert logits is None and not reads.any()
     assert readings[WITH_PHOTO][1].all() and readings[TEXT_ONLY][1].all()
 
@@ -92,18 +111,13 @@ def tiny_batch(image_ids: torch.Tensor) -> dict[str, torch.Tensor]:
 def test_the_model_sees_the_other_images_photo():
     image_ids = five_captions_per_photo(3)
     batch = tiny_batch(image_ids)
-    seen = {}
-
-    def forward(b, images):
-        seen[len(seen)] = images
-        return torch.zeros(len(b["input_ids"]), 4)
-
-    readings = read(forward, batch)
+    net = Recorder()
+    readings = read(net, batch, batch["images"])
     # Called in the order of CONDITIONS: with the photo, another photo, text only.
-    assert seen[1].shape == batch["images"].shape
-    another = seen[1][:, 0, 0, 0]  # the pixel is the image id of the photo shown
+    assert net.shown(1).shape == batch["images"].shape
+    another = net.shown(1)[:, 0, 0, 0]  # the pixel is the image id of the photo shown
     assert (another != image_ids.to(torch.uint8)).all()
-    assert seen[0] is batch["images"] and seen[2] is None
+    assert net.seen[0].tokens is batch["images"] and net.seen[2] is None
     assert readings[ANOTHER_PHOTO][1].all()
 
 
@@ -124,23 +138,19 @@ def test_grouped_deduplicated_batches_never_show_a_caption_its_own_photo():
     loader = resumable_loader(items, seed=3, groups=[it["row"] for it in items], batch_size=16,
                               collate_fn=MLMCollator(tokenizer, seed=0))
     batches = list(loader)  # 16 + 16 + 3: the last batch holds the last photo only
-    shown_to = []
-
-    def forward(b, images):  # the photo each caption read sees: its pixel is the image id
-        if images is not None:
-            shown_to.append((b["image_id"], images[b["image_index"]][:, 0, 0, 0].long()))
-        return torch.zeros(int((b["labels"] != -100).sum()), 4)
-
     for batch in batches:
         assert len(batch["images"]) == len(batch["image_id"].unique()) < len(batch["image_id"])
-        shown_to.clear()
-        readings = read(forward, batch)
-        with_photo, *another = shown_to
-        assert torch.equal(with_photo[1], with_photo[0])  # each caption its own photo
-        for image_ids, shown in another:
-            assert (shown != image_ids).all()
+        net = Recorder()
+        readings = read(net, batch, batch["images"])  # the pixel stands for the tower's output
+        with_photo, *another, text_only = range(len(net.seen))
+        assert net.seen[text_only] is None
+        image_ids = batch["image_id"]
+        assert torch.equal(net.shown(with_photo)[:, 0, 0, 0].long(), image_ids)  # its own
+        for k in another:
+            assert (net.shown(k)[:, 0, 0, 0].long() != image_ids).all()
         assert len(another) == int(readings[ANOTHER_PHOTO][1].any())
-    assert [int(read(forward, b)[ANOTHER_PHOTO][1].sum()) for b in batches] == [16, 16, 0]
+    assert [int(read(Recorder(), b, b["images"])[ANOTHER_PHOTO][1].sum()) for b in batches] == [
+        16, 16, 0]
 
 
 def test_selected_captions_keep_their_deduplicated_photos():

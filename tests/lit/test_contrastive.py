@@ -1,6 +1,6 @@
 """The contrastive objective: the loss against a reference written out pair by pair, a photo's
-own captions never its negatives, one tower pass, the heads built by one setting, and a model
-that learns to find the photo."""
+own captions never its negatives, one tower pass, the heads the network's own (``itc_dim``), and
+a model that learns to find the photo."""
 
 from __future__ import annotations
 
@@ -9,17 +9,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from steps import training_step
 from test_itm import MASK, colour_batch, tiny_config
 
-from vitbert.cli import stored_model_settings
-from vitbert.lit.contrastive import (
-    DEFAULT_ITC_DIM,
-    contrastive_loss,
-    distinct_photos,
-    itc_loss,
-)
+from vitbert.lit.contrastive import Contrastive, contrastive_loss, distinct_photos
 from vitbert.lit.module import MaskedLMModule
-from vitbert.lit.objectives import original_caption, training_loss, with_tower_output
+from vitbert.lit.objectives import MaskedLM, TrainingStep, original_caption, tower_output
 from vitbert.models import VitBert
 
 
@@ -93,9 +88,14 @@ def test_the_same_loss_whether_photos_come_once_or_per_caption():
     net = VitBert(_itc_config()).eval()
     losses = []
     for each_photo_once in (False, True):
-        batch = with_tower_output(net, colour_batch(each_photo_once=each_photo_once))
-        losses.append(itc_loss(net, batch, original_caption(batch)))
+        batch = colour_batch(each_photo_once=each_photo_once)
+        losses.append(itc_loss(net, batch))
     torch.testing.assert_close(losses[0], losses[1])
+
+
+def itc_loss(net, batch):
+    """The contrastive objective's loss on ``batch``, its tower run once."""
+    return Contrastive()(net, TrainingStep(batch, tower_output(net, batch), MASK))
 
 
 def _itc_config(dim: int = 16):
@@ -104,16 +104,23 @@ def _itc_config(dim: int = 16):
     return config
 
 
-def test_training_loss_adds_it_over_one_tower_pass_and_every_part_gets_a_gradient():
+def test_the_step_adds_it_over_one_tower_pass_and_every_part_gets_a_gradient():
     torch.manual_seed(0)
-    net = VitBert(_itc_config())
+    module = MaskedLMModule(net=_itc_config(), vocab_size=30,
+                            objectives=[MaskedLM(), Contrastive(weight=0.5)])
+    net = module.net
     batch = colour_batch(each_photo_once=True)
     sizes = []
     net.image_tower.register_forward_hook(lambda _, args, out: sizes.append(len(args[0])))
-    loss, parts = training_loss(net, batch, 0.0, MASK, itc_weight=0.5)
+    loss, parts = training_step(module, batch, MASK)
     assert sizes == [4], "the contrastive loss reads the tower's output, no second pass"
     assert set(parts) == {"train/loss", "train/itc_loss"}
     torch.testing.assert_close(loss, parts["train/loss"] + 0.5 * parts["train/itc_loss"])
+    # The loss itself, from the heads' vectors: the captions unmasked, the photos from pixels.
+    texts = net.embed_texts(original_caption(batch), batch["attention_mask"])
+    reference = reference_loss(texts.double(), net.embed_images(batch["images"]).double(),
+                               batch["image_index"], net.itc.temperature.item())
+    assert parts["train/itc_loss"].item() == pytest.approx(reference, rel=1e-4)
     parts["train/itc_loss"].backward()
     for name in ("itc.image_proj.weight", "itc.text_proj.weight", "itc.log_temperature",
                  "image_tower.patch_embed.proj.weight", "text.embeddings.word.weight"):
@@ -131,7 +138,7 @@ def test_it_learns_to_find_the_photo_and_the_temperature_moves():
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
     start = net.itc.log_temperature.item()
     for _ in range(400):
-        loss = itc_loss(net, with_tower_output(net, batch), caption)
+        loss = itc_loss(net, batch)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -146,17 +153,14 @@ def test_it_learns_to_find_the_photo_and_the_temperature_moves():
     assert net.itc.log_temperature.item() != start, "the temperature is learned"
 
 
-def test_itc_weight_builds_the_heads_and_zero_builds_none():
-    assert MaskedLMModule(net=tiny_config(), vocab_size=30).net.itc is None
-    module = MaskedLMModule(net=tiny_config(), vocab_size=30, itc_weight=1.0)
-    assert module.net.config.itc_dim == DEFAULT_ITC_DIM
-    assert module.hparams.net["itc_dim"] == DEFAULT_ITC_DIM  # stored as built
-    chosen = MaskedLMModule(net=_itc_config(24), vocab_size=30, itc_weight=1.0)
-    assert chosen.net.config.itc_dim == 24  # a width the user set is kept
-
-
-def test_a_checkpoint_from_before_reads_with_no_contrastive_objective():
-    net = tiny_config().to_dict()
-    del net["itc_dim"]
-    settings = stored_model_settings({"net": net, "itm_weight": 0.0})
-    assert settings["itc_weight"] == 0.0 and settings["net"]["itc_dim"] == 0
+def test_the_objective_trains_the_networks_heads_at_the_width_set():
+    """The heads are the network's (``net.itc_dim``, set by the user: nothing derives it);
+    the objective builds nothing of its own and refuses a network without them (test_objectives
+    checks the message)."""
+    module = MaskedLMModule(net=_itc_config(24), vocab_size=30,
+                            objectives=[MaskedLM(), Contrastive()])
+    assert module.net.config.itc_dim == 24 and module.hparams.net["itc_dim"] == 24
+    assert module.net.itc.image_proj.out_features == 24 and module.heads == {}
+    assert MaskedLMModule(net=_itc_config(24), vocab_size=30).net.itc is not None
+    with pytest.raises(ValueError, match="itc_dim"):
+        MaskedLMModule(net=tiny_config(), vocab_size=30, objectives=[Contrastive()])

@@ -8,6 +8,7 @@ checkpoint: if each rank logged only its own half of the validation set, the fig
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_MODEL
+from helpers import DEFAULT_OBJECTIVES, TINY_MODEL
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
@@ -27,9 +28,14 @@ def test_two_process_ddp_synchronises_metrics(tmp_path, monkeypatch):
     data_args = tiny_shapes(tmp_path / "shapes", num_train=256)
     # With the focused masking and the read sharing that waits for it (from step 2 of 4): a
     # parameter held by a zero gradient, not by requires_grad, so DDP's buckets stay as built.
-    focus = ["--model.net.image.chroma_place", "true", "--model.net.lookup_share_window", "2",
-             "--model.net.lookup_place", "true",
-             "--model.focus_weight", "1.0", "--model.focus_start", "0.5"]
+    focused = {"class_path": "vitbert.shapes.FocusedMaskedLM",
+               "init_args": {"focus_weight": 1.0, "start": 0.5}}
+    listed = [*(DEFAULT_OBJECTIVES[name] for name in ("itc", "words", "captions")), focused,
+              DEFAULT_OBJECTIVES["twins"]]
+    focus = ["--model.net.extension.init_args.places", "true",
+             "--model.net.extension.init_args.share_window", "2",
+             "--model.net.extension.init_args.lookup_place", "true",
+             "--model.objectives", json.dumps(listed)]
     common = [*TINY_MODEL, *focus, *data_args]
     command = [
         sys.executable, str(REPO / "scripts" / "train.py"), "fit", *common,

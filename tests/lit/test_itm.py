@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vitbert.lit.loss import masked_lm_loss
+import torch.nn.functional as F
+from steps import training_step
 
-from vitbert.data.features import IMAGE_INDEX
+from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX
+from vitbert.lit.contrastive import ImageTextMatching, itm_loss, itm_pairs
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import (
     IGNORE_INDEX,
-    choose_objective,
-    itm_loss,
-    itm_pairs,
-    training_loss,
-    with_tower_output,
+    CaptionWriting,
+    MaskedLM,
+    caption_photos,
+    masked_lm_loss,
+    seq2seq_batch,
+    tower_output,
 )
 from vitbert.lit.optim import OptimizerConfig, parameter_groups
 from vitbert.models import ImageTowerConfig, ITMHead, TextTowerConfig, VitBert, VitBertConfig
@@ -81,10 +84,11 @@ def test_swapped_captions_join_as_unmatched_pairs_with_their_own_photo():
     def swaps(ids, content):
         return swapped.where(has[:, None], ids), has
 
-    plain, _ = itm_loss(net, head, batch)
-    with_swaps, _ = itm_loss(net, head, batch, swaps)
+    tower = net.tower_tokens(batch["images"])
+    plain, _ = itm_loss(net, head, batch, tower)
+    with_swaps, _ = itm_loss(net, head, batch, tower, swaps)
     hidden, _ = net.encode(swapped[has], batch["attention_mask"][has],
-                           images=batch["images"][has])
+                           net.photos(batch["images"][has]))
     swap_losses = torch.nn.functional.binary_cross_entropy_with_logits(
         head(hidden[:, 0]), torch.zeros(int(has.sum())), reduction="sum")
     pairs = 2 * len(caption)  # with its photo and with another image's
@@ -102,7 +106,7 @@ def test_the_head_learns_a_learnable_match():
     optimizer = torch.optim.AdamW([*net.parameters(), *head.parameters()], lr=5e-4)
     losses = []
     for _ in range(600):
-        loss, accuracy = itm_loss(net, head, batch)
+        loss, accuracy = itm_loss(net, head, batch, tower_output(net, batch))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -114,57 +118,92 @@ def test_the_head_learns_a_learnable_match():
 
 
 def test_without_itm_the_training_loss_is_the_mlm_loss_bit_for_bit():
+    """MaskedLM and CaptionWriting(0.5): the step's loss is the one its draw chose, computed
+    here apart, and it draws no more random numbers than that choice and the re-masking."""
     torch.manual_seed(0)
-    net = VitBert(tiny_config())
+    module = MaskedLMModule(net=tiny_config(), vocab_size=30,
+                            objectives=[MaskedLM(), CaptionWriting(probability=0.5)])
+    net = module.net
     batch = colour_batch()
+    drawn = set()
     for seed in range(4):  # with the generation objective drawn or not
         torch.manual_seed(seed)
-        expected = masked_lm_loss(net, *choose_objective(batch, 0.5, MASK))
+        writes = bool(torch.rand(()) < 0.5)
+        tower = net.tower_tokens(batch["images"])
+        if writes:
+            expected = masked_lm_loss(net, seq2seq_batch(batch, MASK), tower, mode="seq2seq")
+        else:
+            expected = masked_lm_loss(net, batch, tower)
         after_expected = torch.get_rng_state()
         torch.manual_seed(seed)
-        loss, parts = training_loss(net, batch, 0.5, MASK)
+        loss, parts = training_step(module, batch, MASK)
         assert torch.equal(loss, expected)
-        assert list(parts) in (["train/loss"], ["train/generation_loss"])
+        assert list(parts) == (["train/generation_loss"] if writes else ["train/loss"])
         assert torch.equal(torch.get_rng_state(), after_expected), "no extra random numbers"
+        drawn.add(writes)
+    assert drawn == {False, True}, "both objectives met: the test means something"
 
 
-def test_itm_weight_zero_builds_no_head_and_draws_nothing():
+def test_without_itm_no_head_is_built_and_nothing_drawn():
     config = tiny_config()
     torch.manual_seed(0)
-    module = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=0.0)
+    module = MaskedLMModule(net=config, vocab_size=30)
     after_module = torch.get_rng_state()
     torch.manual_seed(0)
     net = VitBert(config)
-    assert module.itm_head is None
+    assert "itm_head" not in module.heads and not hasattr(module, "itm_head")
     assert torch.equal(torch.get_rng_state(), after_module)
     for key, value in net.state_dict().items():
         assert torch.equal(module.net.state_dict()[key], value), key
 
 
+def reference_itm_loss(net, head, batch):
+    """The matching loss from pixels, a copy of each pair's photo through the tower."""
+    caption = batch["labels"].where(batch["labels"] != IGNORE_INDEX, batch["input_ids"])
+    text, photo, matched = itm_pairs(batch["image_id"])
+    pixels = batch["images"][caption_photos(batch)[photo]]  # (pairs, 3, S, S)
+    hidden, _ = net.encode(caption[text], batch["attention_mask"][text], net.photos(pixels))
+    return torch.nn.functional.binary_cross_entropy_with_logits(head(hidden[:, 0]), matched)
+
+
 @pytest.mark.parametrize("each_photo_once", [False, True])
 def test_the_image_tower_runs_once_per_step_and_gives_the_same_loss(each_photo_once):
     torch.manual_seed(0)
-    net, head = VitBert(tiny_config()).eval(), ITMHead(32)  # eval: no dropout, comparable
+    module = MaskedLMModule(net=tiny_config(), vocab_size=30,
+                            objectives=[MaskedLM(), ImageTextMatching(weight=0.5)]).eval()
+    net, head = module.net, module.itm_head  # eval: no dropout, comparable
     batch = colour_batch(each_photo_once=each_photo_once)
     sizes = []
     net.image_tower.register_forward_hook(lambda _, args, out: sizes.append(len(args[0])))
-    loss, parts = training_loss(net, batch, 0.0, MASK, head, itm_weight=0.5)
+    loss, parts = training_step(module, batch, MASK)
     assert sizes == [len(batch["images"])], "the pairs reuse the tower's output"
     assert set(parts) == {"train/loss", "train/itm_loss"}
     torch.testing.assert_close(loss, parts["train/loss"] + 0.5 * parts["train/itm_loss"])
     # The same numbers as from pixels, where the tower runs again for the pairs.
-    torch.testing.assert_close(parts["train/itm_loss"], itm_loss(net, head, batch)[0])
-    torch.testing.assert_close(parts["train/loss"], masked_lm_loss(net, batch))
-    assert "images" not in with_tower_output(net, batch)
+    torch.testing.assert_close(parts["train/itm_loss"], reference_itm_loss(net, head, batch))
+    reference = F.cross_entropy(
+        net(batch["input_ids"], batch["attention_mask"],
+            net.photos(batch["images"][caption_photos(batch)]))[batch["labels"] != IGNORE_INDEX],
+        batch["labels"][batch["labels"] != IGNORE_INDEX])
+    torch.testing.assert_close(parts["train/loss"], reference)
+    # A frozen tower's cache in place of the pixels: the same figures, no tower pass.
+    with torch.no_grad():
+        cached = {**{k: v for k, v in batch.items() if k != "images"},
+                  FEATURES_KEY: net.tower_tokens(batch["images"])}
+    sizes.clear()
+    torch.testing.assert_close(training_step(module, cached, MASK)[1], parts)
+    assert sizes == []
     if each_photo_once:  # the same figures as with one copy of the photo per caption
         copies = colour_batch()
-        torch.testing.assert_close(itm_loss(net, head, copies), itm_loss(net, head, batch))
+        torch.testing.assert_close(itm_loss(net, head, copies, tower_output(net, copies)),
+                                   itm_loss(net, head, batch, tower_output(net, batch)))
 
 
 def test_a_checkpoint_trained_without_the_head_loads_strictly():
     config = tiny_config()
-    without = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=0.0)
-    with_itm = MaskedLMModule(net=config, vocab_size=30, itm_weight=1.0)
+    without = MaskedLMModule(net=config, vocab_size=30)
+    with_itm = MaskedLMModule(net=config, vocab_size=30,
+                              objectives=[MaskedLM(), ImageTextMatching()])
     fresh = {k: v.clone() for k, v in with_itm.itm_head.state_dict().items()}
     with_itm.load_state_dict(without.state_dict(), strict=True)
     for key, value in without.net.state_dict().items():
@@ -172,7 +211,7 @@ def test_a_checkpoint_trained_without_the_head_loads_strictly():
     for key, value in fresh.items():  # the head keeps its fresh weights
         assert torch.equal(with_itm.itm_head.state_dict()[key], value), key
     # And a checkpoint that has the head loads it.
-    other = MaskedLMModule(net=config, vocab_size=30, itm_weight=1.0)
+    other = MaskedLMModule(net=config, vocab_size=30, objectives=[MaskedLM(), ImageTextMatching()])
     other.load_state_dict(with_itm.state_dict(), strict=True)
     assert torch.equal(other.itm_head.pooler.weight, with_itm.itm_head.pooler.weight)
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups, warmup_cosine
-from vitbert.nn import BlockConfig, Encoder, RelativePositionBias2D
+from vitbert.nn import BlockConfig, Encoder, LearnedPosition
 
 
 class Toy(nn.Module):
@@ -17,7 +17,7 @@ class Toy(nn.Module):
         self.image_tower = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
         self.word = nn.Embedding(10, 4)
         self.encoder = Encoder(BlockConfig(dim=4, num_heads=2), depth=1)
-        self.bias = RelativePositionBias2D(2, (2, 2))
+        self.position = LearnedPosition(3, 4)
         self.decoder = nn.Linear(4, 10)
         self.decoder.weight = self.word.weight  # tied, as in the MLM head
 
@@ -36,24 +36,25 @@ def test_decay_only_on_matrices_of_linear_layers():
     assert found["encoder.blocks.0.attn.qkv.weight"][0] == 0.1
     assert found["encoder.blocks.0.mlp.fc1.weight"][0] == 0.1
     for name in ("encoder.blocks.0.attn.qkv.bias", "encoder.norm.weight", "word.weight",
-                 "bias.table", "image_tower.1.weight"):
+                 "position.weight", "image_tower.1.weight"):
         assert found[name][0] == 0.0, name
     # The tied decoder weight is the embedding: counted once, not decayed.
     assert "decoder.weight" not in found
 
 
 def test_learning_rate_multipliers_per_part():
-    config = OptimizerConfig(lr=1e-3, image_tower_lr_mult=0.1, relative_bias_lr_mult=10.0)
+    config = OptimizerConfig(lr=1e-3, image_tower_lr_mult=0.1)
     model = Toy()
     found = groups_by_name(model, config)
     assert found["image_tower.0.weight"][1] == 0.1
-    assert found["bias.table"][1] == 10.0
+    assert found["image_tower.1.weight"][1] == 0.1
     names = {g["name"] for g in parameter_groups(model, config)}
-    assert {"decay", "no_decay", "no_decay_lr_x10", "decay_lr_x0.1"} <= names
+    assert names == {"decay", "no_decay", "no_decay_lr_x0.1", "decay_lr_x0.1"}
     assert found["encoder.blocks.0.attn.qkv.weight"][1] == 1.0
+    assert found["position.weight"][1] == 1.0
     optimizer = build_optimizer(model, config)
     lrs = {p: g["lr"] for g in optimizer.param_groups for p in g["params"]}
-    assert lrs[model.bias.table] == pytest.approx(1e-2)
+    assert lrs[model.position.weight] == pytest.approx(1e-3)
     assert lrs[model.image_tower[0].weight] == pytest.approx(1e-4)
     n_params = sum(len(g["params"]) for g in optimizer.param_groups)
     assert n_params == len(list(model.parameters()))

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TINY_MODEL, load_script
+from helpers import TINY_MODEL, load_script, objectives
 from test_itm import colour_batch, tiny_config
 from tiny_run import tiny_shapes
 
 from vitbert.lit.retrieval import (
+    RetrievalSplit,
     image_to_text_recall,
     recall_at_k,
     rerank,
@@ -113,14 +114,15 @@ def test_retrieval_scores_embed_each_photo_and_caption_once_and_rerank_with_the_
     ids, keep = batch["input_ids"], batch["attention_mask"]
     tower_calls = []
     net.image_tower.register_forward_hook(lambda _, args, out: tower_calls.append(len(args[0])))
-    itc = retrieval_scores(net, images, ids, keep, caption_image, batch_size=3)
+    split = RetrievalSplit(images, ids, keep, caption_image)
+    itc = retrieval_scores(net, split, batch_size=3)
     assert sum(tower_calls) == 4, "each photo through the tower once"
     assert itc["images"] == 4 and itc["captions"] == 8 and "rsum_itc" not in itc
     expected = recall_at_k(net.embed_texts(ids, keep) @ net.embed_images(images).T,
                            caption_image)
     assert {k: itc[k] for k in expected} == pytest.approx(expected)
     tower_calls.clear()
-    both = retrieval_scores(net, images, ids, keep, caption_image, head, rerank_k=2)
+    both = retrieval_scores(net, split, head, rerank_k=2)
     assert sum(tower_calls) == 4, "re-ranking reuses the tower's output"
     assert {k[:-4]: v for k, v in both.items() if k.endswith("_itc")} == pytest.approx(expected)
     assert net.training, "left in the mode it was in"
@@ -150,23 +152,25 @@ def test_the_callback_on_a_tiny_run(tmp_path, monkeypatch, capsys):
               "--trainer.max_steps", "2", "--trainer.enable_progress_bar", "false",
               "--model.num_examples", "0", "--binding.num_images", "0",
               "--captions.num_images", "8", "--retrieval.num_images", "32"]
-    cli = main(["fit", *common, "--model.itc_weight", "1.0"])
+    cli = main(["fit", *common])  # the embedded default lists the contrastive objective
     logged = cli.trainer.callback_metrics
     assert logged["val/retrieval_images"] == 32
     for name in ("text_to_image_r1", "image_to_text_r5", "rsum"):
         assert f"val/retrieval_{name}" in logged
     ckpt = tmp_path / "runs" / "latest" / "checkpoints" / "last.ckpt"
     capsys.readouterr()
-    main(["test", *common, "--model.itc_weight", "1.0", "--ckpt_path", str(ckpt)])
+    main(["test", *common, "--ckpt_path", str(ckpt)])
     out = capsys.readouterr().out
     assert "retrieval: 64 photos, 64 captions" in out and "chance (k / photos)" in out
     analyze = load_script("analyze")
     assert analyze.main(["--ckpt", str(ckpt), "--retrieval", "--num-images", "16",
                          "--split", "val"]) == 0
     assert "retrieval: 16 photos, 16 captions" in capsys.readouterr().out
-    cli = main(["fit", *common, "--model.itc_weight", "0"])  # the embedded default's is 1
+    cli = main(["fit", *common, "--model.net.itc_dim", "0",  # no heads, no contrastive loss
+                *objectives("words", "captions", "focus", "twins")])
     assert not any("retrieval" in key for key in cli.trainer.callback_metrics)
     without = tmp_path / "runs" / "latest" / "checkpoints" / "last.ckpt"
     assert analyze.main(["--ckpt", str(without), "--retrieval"]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "no contrastive heads" in error and "itc_weight" in error
+    assert error.count("\n") == 1 and "no contrastive heads" in error
+    assert "contrastive objective" in error

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import NO_HUE, TINY_MODEL
+from helpers import DEFAULT_OBJECTIVES, NO_LEVERS, TINY_MODEL, objectives
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
@@ -79,7 +79,8 @@ def test_checkpoint_is_plain_and_carries_tokenizer(trained):
     ids = torch.tensor([tokenizer("a red circle left of a blue square")["input_ids"]])
     mask = torch.ones_like(ids, dtype=torch.bool)
     images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)
-    torch.testing.assert_close(model(ids, mask, images), net(ids, mask, images))
+    torch.testing.assert_close(model(ids, mask, model.photos(images)),
+                               net(ids, mask, net.photos(images)))
 
 
 def test_lightning_checkpoint_round_trip_keeps_the_tie(trained):
@@ -116,51 +117,26 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
     tmp, _ = trained
     monkeypatch.chdir(tmp_path)
     last = tmp / "run" / "checkpoints" / "last.ckpt"
+    with_itm = objectives("itc", "words", "captions", "focus", "twins", "itm")
     with pytest.warns(UserWarning, match="resuming") as caught:
-        cli = fit(tmp, "--ckpt_path", str(last), "--model.itm_weight", "1.0", steps=16,
-                  run="resumed")
-    assert cli.model.itm_head is None and cli.model.hparams.itm_weight == 0.0
+        cli = fit(tmp, "--ckpt_path", str(last), "--model.freeze_image_tower_steps", "5",
+                  *with_itm, steps=16, run="resumed")
+    assert "itm_head" not in cli.model.heads and not hasattr(cli.model, "itm_head")
+    assert cli.model.hparams.freeze_image_tower_steps == 0
+    assert [o["class_path"] for o in cli.model.hparams.objectives] == [
+        "vitbert.lit.contrastive.Contrastive", "vitbert.lit.objectives.WordDetection",
+        "vitbert.lit.objectives.CaptionWriting", "vitbert.shapes.focus.FocusedMaskedLM",
+        "vitbert.shapes.twins.TwinContrast"]
     (message,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
-    assert "model.itm_weight 1.0 (the checkpoint's: 0.0)" in message
+    assert "model.freeze_image_tower_steps 5 (the checkpoint's: 0)" in message
+    assert "model.objectives" in message and "ImageTextMatching" in message
     assert "--model.init_from" in message
     assert "vocab_size" not in message  # filled in from the data on every run, not a choice
-    with warnings.catch_warnings():  # the same command as the run's: nothing to say
+    # The same command as the run's: nothing to say (the config names the shapes classes by
+    # their package, vitbert.shapes.BindingLevers; the checkpoint by their module).
+    with warnings.catch_warnings():
         warnings.filterwarnings("error", message="resuming")
         fit(tmp, "--ckpt_path", str(last), steps=16, run="resumed")
-
-
-def test_a_checkpoint_with_the_removed_word_pointer_validates_without_it(trained, tmp_path,
-                                                                          monkeypatch, capsys):
-    """A checkpoint written while the word pointer and the colour-swapped copies existed (made
-    here from this run's: the pointer's weights and settings, the removed module settings)
-    validates as the model it holds, the pointer dropped with one warning; resuming it (its run
-    trained with them, its optimizer state holds them) stops with one line naming the fix."""
-    tmp, cli = trained
-    monkeypatch.chdir(tmp_path)
-    checkpoint = torch.load(tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True)
-    checkpoint["state_dict"]["net.pointer.query.weight"] = torch.ones(6, 32)
-    checkpoint["state_dict"]["net.pointer.key_ids"] = torch.arange(6)
-    hparams = checkpoint["hyper_parameters"]
-    hparams["net"]["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "dim": 32}
-    hparams |= {"word_detection_colour_swaps": 1.0, "pointer_tower_weight": 1.0}
-    hparams["optimizer"]["pointer_lr_mult"] = 5.0
-    old = tmp_path / "old.ckpt"
-    torch.save(checkpoint, old)
-    with pytest.warns(UserWarning, match="word pointer") as caught:
-        validated = main(["validate", *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--ckpt_path",
-                          str(old), "--trainer.enable_progress_bar", "false",
-                          "--trainer.default_root_dir", str(tmp_path / "validated")])
-    assert len([w for w in caught if "word pointer" in str(w.message)]) == 1
-    assert not hasattr(validated.model.net, "pointer")
-    assert "word_detection_colour_swaps" not in validated.model.hparams
-    for name, weight in cli.model.net.state_dict().items():
-        torch.testing.assert_close(validated.model.net.state_dict()[name], weight)
-    assert "val/top1" in validated.trainer.callback_metrics
-    capsys.readouterr()
-    with pytest.raises(SystemExit):
-        fit(tmp, "--ckpt_path", str(old), steps=20, run="resumed_old")
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and "word pointer" in line and "--model.init_from" in line
 
 
 def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
@@ -190,14 +166,16 @@ def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
 
 
 def test_itm_trains_logs_and_checkpoints_load_either_way(trained, tmp_path, monkeypatch, capsys):
-    """--model.itm_weight: the matching loss is logged and its accuracy validated; a checkpoint
-    trained without the head loads into a module with it, and one with the head loads anywhere
-    (vitbert.io reads the net alone: the head is the objective's, not the model's)."""
+    """ImageTextMatching in model.objectives: the matching loss is logged and its accuracy
+    validated; a checkpoint trained without the head loads into a module with it, and one with
+    the head loads anywhere (vitbert.io reads the net alone: the head is the objective's, not the
+    model's)."""
     from vitbert.lit.module import MaskedLMModule
 
     tmp, _ = trained
     monkeypatch.chdir(tmp_path)
-    cli = fit(tmp, "--model.itm_weight", "1.0", steps=8, run="itm")
+    cli = fit(tmp, *objectives("itc", "words", "captions", "focus", "twins", "itm"), steps=8,
+              run="itm")
     assert "train/itm_loss" in cli.trainer.callback_metrics
     assert 0 <= validation_figures(cli)["val/itm_accuracy"] <= 1
     assert "image-text matching: " in capsys.readouterr().out
@@ -208,17 +186,24 @@ def test_itm_trains_logs_and_checkpoints_load_either_way(trained, tmp_path, monk
     torch.testing.assert_close(model.text.embeddings.word.weight,
                                cli.model.net.text.embeddings.word.weight)
     without_head = tmp / "run" / "checkpoints" / "last.ckpt"
-    added = MaskedLMModule.load_from_checkpoint(without_head, weights_only=True, itm_weight=1.0)
-    assert added.itm_head is not None and added.hparams.itm_weight == 1.0
+    stored = torch.load(without_head, weights_only=True)["hyper_parameters"]["objectives"]
+    added = MaskedLMModule.load_from_checkpoint(
+        without_head, weights_only=True, objectives=[*stored, DEFAULT_OBJECTIVES["itm"]])
+    assert added.itm_head is not None and added.heads["itm_head"] is added.itm_head
+    assert added.hparams.objectives[-1] == {
+        "class_path": "vitbert.lit.contrastive.ImageTextMatching",
+        "init_args": {"weight": 1.0, "swap_negatives": False}}
 
 
 def test_the_default_trains_word_detection_and_its_checkpoints_load_anywhere(trained):
-    """configs/default.yaml turns the word detection loss on: it is logged, its head is saved
-    and restored, and vitbert.io loads the net alone (the head is the objective's)."""
+    """configs/default.yaml lists the word detection loss: it is logged, its head is saved and
+    restored, and vitbert.io loads the net alone (the head is the objective's)."""
     from vitbert.lit.module import MaskedLMModule
+    from vitbert.lit.objectives import WordDetection
 
     tmp, cli = trained
-    assert cli.model.hparams.word_detection_weight > 0
+    (words,) = [o for o in cli.model.objectives if isinstance(o, WordDetection)]
+    assert words.weight > 0 and cli.model.heads["word_head"] is cli.model.word_head
     assert "train/word_loss" in cli.trainer.callback_metrics
     ckpt = tmp / "run" / "checkpoints" / "last.ckpt"
     restored = MaskedLMModule.load_from_checkpoint(ckpt, weights_only=True)
@@ -308,8 +293,8 @@ def test_export_round_trip_gives_identical_outputs(trained, tmp_path):
     ids = torch.tensor([tokenizer("a large green cross above a small red diamond")["input_ids"]])
     mask = torch.ones_like(ids, dtype=torch.bool)
     images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)
-    torch.testing.assert_close(exported(ids, mask, images), original(ids, mask, images),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(exported(ids, mask, exported.photos(images)),
+                               original(ids, mask, original.photos(images)), atol=0, rtol=0)
     # Not a checkpoint: a clear error and exit code 2, nothing written.
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
     out = tmp_path / "never"
@@ -330,7 +315,7 @@ def test_pretrained_image_weights_load_at_fit_start_only(tmp_path, monkeypatch):
     torch.save(reference.state_dict(), weights)
     vit = ["--model.net.image.kind", "vit", "--model.net.image.patch_size", "16",
            "--model.net.image.class_token", "true", "--model.net.image.pool", "cls",
-           *NO_HUE, "--model.net.image.pretrained", str(weights)]
+           *NO_LEVERS, "--model.net.image.pretrained", str(weights)]
     cli = fit(tmp_path, *vit, steps=0, run="pretrained")
     ours = cli.model.net.image_tower.patch_embed.proj.weight
     torch.testing.assert_close(ours, reference.patch_embed.proj.weight)

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from steps import training_step
 from torch import nn
-from vitbert.lit.loss import masked_lm_loss
 
-from vitbert.data.features import FEATURES_KEY, IMAGE_INDEX
+from vitbert.data.features import IMAGE_INDEX
 from vitbert.data.masking import STOP_WORDS, MLMCollator
 from vitbert.data.tokenizer import train_wordpiece
 from vitbert.lit.module import MaskedLMModule
-from vitbert.lit.objectives import training_loss, with_tower_output, word_detection_loss
+from vitbert.lit.objectives import (
+    MaskedLM,
+    WordDetection,
+    masked_lm_loss,
+    tower_output,
+    word_detection_loss,
+)
 from vitbert.lit.optim import OptimizerConfig, parameter_groups
 from vitbert.models import (
     ImageTowerConfig,
@@ -60,8 +66,7 @@ def test_the_targets_are_the_content_words_of_each_photos_captions(tok):
     assert len(batch["images"]) == len(PIXELS), "each photo once"
     head = WordDetectorHead(32, len(tok))
     tokens = torch.randn(len(PIXELS), 4, 32)  # (P, N, D_img): what the tower would give
-    batch = {key: value for key, value in batch.items() if key != "images"}
-    loss = word_detection_loss(head, {**batch, FEATURES_KEY: tokens})
+    loss = word_detection_loss(head, batch, tokens)
 
     # The reference, from the caption strings: every piece of every non-function word.
     expected = []
@@ -85,14 +90,14 @@ def test_the_detector_learns_each_photos_colour_from_its_pixels_alone(tok):
     batch = MLMCollator(tok)(photo_items())
     optimizer = torch.optim.AdamW([*net.image_tower.parameters(), *head.parameters()], lr=3e-3)
     for _ in range(100):
-        loss = word_detection_loss(head, with_tower_output(net, batch))
+        loss = word_detection_loss(head, batch, tower_output(net, batch))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     colour_ids = [tok.convert_tokens_to_ids(colour) for colour in PIXELS]
     assert tok.unk_token_id not in colour_ids
     with torch.no_grad():
-        logits = head(with_tower_output(net, batch)[FEATURES_KEY])  # (P, V)
+        logits = head(tower_output(net, batch))  # (P, V)
     scores = logits[:, colour_ids]  # (P, colours)
     assert scores.argmax(dim=1).tolist() == list(range(len(PIXELS))), scores
     # Every caption holds one colour among ~10 content pieces: the photo's own gets about 1/10.
@@ -102,25 +107,30 @@ def test_the_detector_learns_each_photos_colour_from_its_pixels_alone(tok):
 
 def test_the_training_loss_adds_the_weighted_word_loss_with_one_tower_pass(tok):
     torch.manual_seed(0)
-    net, head = VitBert(tiny_config(len(tok))).eval(), WordDetectorHead(32, len(tok))
+    module = MaskedLMModule(net=tiny_config(len(tok)), vocab_size=len(tok),
+                            objectives=[MaskedLM(), WordDetection(weight=0.3)]).eval()
+    net, head = module.net, module.word_head
     batch = MLMCollator(tok)(photo_items())
     sizes = []
     net.image_tower.register_forward_hook(lambda _, args, out: sizes.append(len(args[0])))
-    loss, parts = training_loss(net, batch, 0.0, tok.mask_token_id, word_head=head,
-                                word_weight=0.3)
+    loss, parts = training_step(module, batch, tok.mask_token_id)
     assert sizes == [len(PIXELS)], "the MLM pass reuses the tower's output"
     assert set(parts) == {"train/loss", "train/word_loss"}
     torch.testing.assert_close(loss, parts["train/loss"] + 0.3 * parts["train/word_loss"])
-    torch.testing.assert_close(parts["train/loss"], masked_lm_loss(net, batch))
+    tower = net.tower_tokens(batch["images"])
+    torch.testing.assert_close(parts["train/loss"], masked_lm_loss(net, batch, tower))
+    torch.testing.assert_close(parts["train/word_loss"], word_detection_loss(head, batch, tower))
     assert batch[IMAGE_INDEX].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
-def test_weight_zero_builds_no_head_and_old_checkpoints_load_strictly():
+def test_without_the_objective_no_head_and_old_checkpoints_load_strictly():
     config = tiny_config(30)
-    without = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=0.0)
-    assert without.word_head is None
-    with_head = MaskedLMModule(net=config, vocab_size=30, word_detection_weight=1.0)
+    without = MaskedLMModule(net=config, vocab_size=30)
+    assert "word_head" not in without.heads and not hasattr(without, "word_head")
+    with_head = MaskedLMModule(net=config, vocab_size=30,
+                               objectives=[MaskedLM(), WordDetection(weight=1.0)])
     assert with_head.word_head.classifier.out_features == 30
+    assert with_head.heads == {"word_head": with_head.word_head}
     fresh = {k: v.clone() for k, v in with_head.word_head.state_dict().items()}
     with_head.load_state_dict(without.state_dict(), strict=True)
     for key, value in fresh.items():  # the head keeps its fresh weights
@@ -143,7 +153,7 @@ def test_a_batch_with_no_content_word_teaches_nothing_and_keeps_its_graph(tok):
     head = WordDetectorHead(32, len(tok))
     tokens = torch.randn(len(PIXELS), 4, 32, requires_grad=True)
     no_content = torch.zeros_like(batch["content_mask"], dtype=torch.bool)
-    loss = word_detection_loss(head, {**batch, FEATURES_KEY: tokens, "content_mask": no_content})
+    loss = word_detection_loss(head, {**batch, "content_mask": no_content}, tokens)
     assert loss.item() == 0.0
     loss.backward()  # DDP needs every parameter in the graph, with a zero gradient here
     assert torch.equal(head.classifier.weight.grad, torch.zeros_like(head.classifier.weight))

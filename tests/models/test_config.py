@@ -1,4 +1,3 @@
-import dataclasses
 import io
 import json
 from pathlib import Path
@@ -7,31 +6,51 @@ import pytest
 import torch
 import yaml
 
-from vitbert.models import PRESETS, ImageTowerConfig, VitBertConfig, preset
+from vitbert.cli import config_net
+from vitbert.models import ImageTowerConfig, VitBert, VitBertConfig
+from vitbert.shapes import BindingLevers
 
 CONFIGS = Path(__file__).parents[2] / "configs"
+NAMES = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
 
 
-def test_round_trip_through_json_lists():
-    config = preset("flickr30k_hybrid")
+@pytest.mark.parametrize("name", ["flickr30k_hybrid", "default"])
+def test_round_trip_through_json_lists(name):
+    config = config_net(name)
     d = json.loads(json.dumps(config.to_dict()))  # tuples become lists
     assert isinstance(d["image"]["hybrid_layers"], list)
     assert VitBertConfig.from_dict(d) == config
 
 
 def test_saved_config_loads_with_weights_only():
+    """The dict a checkpoint keeps (extension included, as its class path and plain settings)."""
     buffer = io.BytesIO()
-    torch.save({"config": dataclasses.asdict(preset("flickr30k"))}, buffer)
+    torch.save({"config": config_net("default").to_dict()}, buffer)
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=True)["config"]
-    assert VitBertConfig.from_dict(loaded) == preset("flickr30k")
+    assert loaded["extension"] == {
+        "class_path": "vitbert.shapes.model.BindingLevers",
+        "init_args": {"hue_dim": 32, "places": True, "lookup_heads": 4, "share_window": 6,
+                      "lookup_place": True}}
+    assert VitBertConfig.from_dict(loaded) == config_net("default")
 
 
-def test_presets_are_fresh_copies():
-    a, b = preset("default"), preset("default")
+def test_an_extension_compares_by_its_settings():
+    """A config read back equals the one written: the extension by its settings, not identity."""
+    assert BindingLevers(hue_dim=8) == BindingLevers(hue_dim=8)
+    assert BindingLevers(hue_dim=8) != BindingLevers(hue_dim=16)
+    assert VitBertConfig(extension=BindingLevers()) != VitBertConfig()
+    spec = {"class_path": "vitbert.shapes.BindingLevers", "init_args": {"lookup_heads": 2}}
+    assert VitBertConfig(extension=spec) == VitBertConfig(extension=BindingLevers(lookup_heads=2))
+
+
+def test_named_configs_are_fresh_copies():
+    a, b = config_net("default"), config_net("default")
     a.image.dim = 7
     assert b.image.dim == ImageTowerConfig().dim
-    assert set(PRESETS) == {"default", "flickr30k", "flickr30k_hybrid", "flickr30k_patches"}
+    assert {"default", "flickr30k", "flickr30k_hybrid", "flickr30k_patches"} <= set(NAMES)
+    with pytest.raises(KeyError, match=r"no config 'absent'.*'flickr30k_hybrid'"):
+        config_net("absent")
 
 
 def test_cls_pool_needs_class_token():
@@ -39,12 +58,18 @@ def test_cls_pool_needs_class_token():
         ImageTowerConfig(pool="cls", class_token=False)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
-def test_each_preset_is_the_model_its_training_config_builds(name):
-    """``describe_model.py NAME`` must describe what ``train.py fit --config configs/NAME.yaml``
-    trains; for ``default`` that makes the dataclass defaults (``fit --help``) the truth."""
+@pytest.mark.parametrize("name", NAMES)
+def test_each_training_config_builds_its_network(name):
+    """``describe_model.py NAME`` reads what ``train.py fit --config configs/NAME.yaml`` trains
+    (its ``model.net``): every one is a valid network (built on the meta device: no memory, no
+    weights loaded)."""
     net = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["model"]["net"]
-    assert VitBertConfig.from_dict(net) == preset(name)
+    config = config_net(name)
+    assert config.image.kind == net.get("image", {}).get("kind", ImageTowerConfig().kind)
+    with torch.device("meta"):
+        model = VitBert(config)
+    assert (model.reader is None) == (config.extension is None or
+                                      not config.extension.lookup_heads)
 
 
 def test_default_is_the_patch_token_model():
@@ -62,17 +87,15 @@ def test_a_stored_config_from_before_local_attention_loads_as_global():
         ImageTowerConfig(attention_radius=-1)
 
 
-def test_the_class_defaults_attend_globally_and_a_stored_word_pointer_is_dropped():
-    """No window, no hue apart and no lookup by default (global attention, as every pretrained
-    ViT; the embedded default asks for them); the word pointer (a shapes-only decoding add-on,
-    removed) in a stored config reads as no setting at all."""
+def test_the_class_defaults_are_neutral_and_the_embedded_default_switches_the_levers_on():
+    """No window, no extension, no contrastive heads by default (global attention, as every
+    pretrained ViT); configs/default.yaml asks for the window, the heads and the shapes data's
+    binding levers, by class path."""
     config = VitBertConfig()
-    assert (config.image.attention_radius, config.image.chroma_dim, config.image.chroma_place,
-            config.neighbour_lookup_heads, config.lookup_share_window,
-            config.lookup_place) == (None, 0, False, 0, 0, False)
-    assert preset("default") == VitBertConfig(
-        image=ImageTowerConfig(attention_radius=2, chroma_dim=32, chroma_place=True),
-        neighbour_lookup_heads=4, lookup_share_window=6, lookup_place=True)
-    stored = VitBertConfig().to_dict()
-    stored["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "key_presence": True}
-    assert VitBertConfig.from_dict(stored) == VitBertConfig()
+    assert (config.image.attention_radius, config.extension, config.itc_dim) == (None, None, 0)
+    assert config_net("default") == VitBertConfig(
+        image=ImageTowerConfig(attention_radius=2), itc_dim=128,
+        extension=BindingLevers(hue_dim=32, places=True, lookup_heads=4, share_window=6,
+                                lookup_place=True))
+    with pytest.raises(ValueError, match="itc_dim=-1"):
+        VitBertConfig(itc_dim=-1)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitbert.models import VitBert
+from vitbert.models import Photos, VitBert
 
 
 def _tied(model: VitBert) -> bool:
@@ -46,8 +46,9 @@ def test_save_pretrained_round_trip(tmp_path, model, batch):
     assert _tied(loaded)
     assert loaded.config == model.config
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids, attention_mask, images),
-                                   model(input_ids, attention_mask, images), rtol=0, atol=0)
+        torch.testing.assert_close(loaded(input_ids, attention_mask, loaded.photos(images)),
+                                   model(input_ids, attention_mask, model.photos(images)),
+                                   rtol=0, atol=0)
 
 
 def test_from_pretrained_never_loads_timm_weights(tmp_path, tiny_config):
@@ -61,8 +62,9 @@ def test_from_pretrained_never_loads_timm_weights(tmp_path, tiny_config):
 def test_the_photo_changes_the_logits_at_the_mask(model, batch):
     input_ids, attention_mask, images, target_mask = batch
     with torch.no_grad():
-        a = model(input_ids, attention_mask, images, target_mask=target_mask)
-        b = model(input_ids, attention_mask, images.flip(0), target_mask=target_mask)
+        a = model(input_ids, attention_mask, model.photos(images), target_mask=target_mask)
+        b = model(input_ids, attention_mask, model.photos(images.flip(0)),
+                  target_mask=target_mask)
     assert a.shape == (3, 50)
     assert (a - b).abs().max() > 1e-4
 
@@ -72,15 +74,15 @@ def test_no_image_equals_image_blocked(model, batch):
     blocked = torch.zeros(2, model.num_image_tokens, dtype=torch.bool)
     with torch.no_grad():
         without = model(input_ids, attention_mask)
-        hidden = model(input_ids, attention_mask, images, image_mask=blocked)
+        hidden = model(input_ids, attention_mask, model.photos(images, visible=blocked))
     torch.testing.assert_close(hidden, without, atol=1e-5, rtol=1e-5)
 
 
 def test_sparse_logits_equal_full_logits_gathered(model, batch):
     input_ids, attention_mask, images, target_mask = batch
     with torch.no_grad():
-        full = model(input_ids, attention_mask, images)
-        sparse = model(input_ids, attention_mask, images, target_mask=target_mask)
+        full = model(input_ids, attention_mask, model.photos(images))
+        sparse = model(input_ids, attention_mask, model.photos(images), target_mask=target_mask)
     assert full.shape == (2, 7, 50)
     torch.testing.assert_close(sparse, full[target_mask], atol=1e-6, rtol=1e-5)
 
@@ -90,14 +92,16 @@ def test_pooled_and_patch_image_tokens(image_tokens, n, batch, tiny_config):
     input_ids, attention_mask, images, _ = batch
     model = VitBert(tiny_config(image_tokens=image_tokens, projector_norm=True)).eval()
     assert model.num_image_tokens == n
-    assert model.encode_image(images).shape == (2, n, 24)
-    logits, attention = model(input_ids, attention_mask, images, return_attention=True)
+    assert model.image_tokens(model.photos(images)).shape == (2, n, 24)
+    logits, attention = model(input_ids, attention_mask, model.photos(images),
+                              return_attention=True)
     assert logits.shape == (2, 7, 50)
     assert len(attention) == 2 and attention[0].shape == (2, 2, n + 7, n + 7)
     # Padded words are never attended to; blocked image tokens neither.
-    image_mask = torch.ones(2, n, dtype=torch.bool)
-    image_mask[0] = False
-    _, attention = model(input_ids, attention_mask, images, image_mask, return_attention=True)
+    visible = torch.ones(2, n, dtype=torch.bool)
+    visible[0] = False
+    _, attention = model(input_ids, attention_mask, model.photos(images, visible=visible),
+                         return_attention=True)
     assert attention[0][1, :, :, n + 5:].abs().max() == 0
     assert attention[0][0, :, :, :n].abs().max() == 0
 
@@ -107,7 +111,7 @@ def test_pooled_and_patch_image_tokens(image_tokens, n, batch, tiny_config):
 def test_each_photo_once_gives_the_logits_and_gradients_of_one_copy_per_caption(
         image_tokens, cached, tiny_config):
     """Five captions over two photos (3 + 2, interleaved): the tower runs on the 2 photos and
-    image_index hands them out, against the same batch with the photo repeated per caption."""
+    ``Photos.index`` hands them out, against the same batch with the photo repeated per caption."""
     torch.manual_seed(0)
     model = VitBert(tiny_config(image_tokens=image_tokens, projector_norm=True)).train()
     photos = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)  # (P, 3, S, S)
@@ -123,16 +127,16 @@ def test_each_photo_once_gives_the_logits_and_gradients_of_one_copy_per_caption(
         with torch.no_grad():
             photos = model.tower_tokens(photos).half()  # (P, N, D_img)
 
-    def logits_and_grads(photos, **index):
+    def logits_and_grads(photos, index=None):
         model.zero_grad(set_to_none=True)
-        key = "image_features" if cached else "images"
-        logits = model(input_ids, attention_mask, target_mask=target_mask, **{key: photos},
-                       **index)
+        # Cached features are wrapped as they are; pixels go through the tower (once).
+        seen = Photos(photos, index) if cached else model.photos(photos, index)
+        logits = model(input_ids, attention_mask, seen, target_mask=target_mask)
         F.cross_entropy(logits, targets).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         return logits.detach(), grads
 
-    once, once_grads = logits_and_grads(photos, image_index=image_index)
+    once, once_grads = logits_and_grads(photos, image_index)
     repeated, repeated_grads = logits_and_grads(photos[image_index])  # (B, ...) copies
     torch.testing.assert_close(once, repeated, rtol=1e-5, atol=1e-6)
     assert once_grads.keys() == repeated_grads.keys()
@@ -140,24 +144,22 @@ def test_each_photo_once_gives_the_logits_and_gradients_of_one_copy_per_caption(
     for name, grad in repeated_grads.items():
         torch.testing.assert_close(once_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
     # The index is honoured: handing the captions the other photo changes the answer.
-    swapped, _ = logits_and_grads(photos, image_index=1 - image_index)
+    swapped, _ = logits_and_grads(photos, 1 - image_index)
     assert (swapped - once).abs().max() > 1e-4
-    with pytest.raises(ValueError, match="image_index"):
-        model(input_ids, attention_mask, image_index=image_index)
 
 
 def test_uint8_and_unit_float_pixels_agree(model, batch):
     _, _, images, _ = batch
     with torch.no_grad():
-        torch.testing.assert_close(model.encode_image(images),
-                                   model.encode_image(images.float() / 255))
+        torch.testing.assert_close(model.image_tokens(model.photos(images)),
+                                   model.image_tokens(model.photos(images.float() / 255)))
 
 
 def test_bf16_autocast_is_finite_and_trains(batch, tiny_config):
     input_ids, attention_mask, images, target_mask = batch
     model = VitBert(tiny_config(image_tokens="patches"))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model(input_ids, attention_mask, images, target_mask=target_mask)
+        logits = model(input_ids, attention_mask, model.photos(images), target_mask=target_mask)
     assert torch.isfinite(logits).all()
     loss = torch.nn.functional.cross_entropy(logits.float(), input_ids[target_mask])
     loss.backward()

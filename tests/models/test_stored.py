@@ -170,35 +170,28 @@ def test_a_checkpoint_whose_pickle_runs_code_is_refused(tmp_path, ckpt):
     assert marker.is_dir()
 
 
-def _with_word_pointer(state: dict[str, torch.Tensor], config: dict, prefix: str = "") -> None:
-    """Add what a model with the word pointer (removed) stored: its weights and its settings."""
-    state[f"{prefix}pointer.query.weight"] = torch.ones(6, 32)
-    state[f"{prefix}pointer.key_ids"] = torch.arange(6)
-    config["pointer"] = {"key_words": ["red"], "value_words": ["circle"], "key_presence": True}
+def test_a_network_with_an_extension_round_trips_by_its_class_path(tmp_path, tiny_config, batch):
+    """The extension is named in config.json as ``{"class_path", "init_args"}`` and rebuilt from
+    it; its weights (the reader's) are stored under ``reader.*`` and come back exactly."""
+    from vitbert.models import ImageTowerConfig
+    from vitbert.shapes import BindingLevers
 
-
-def test_an_old_checkpoint_with_the_word_pointer_loads_without_it_and_warns_once(ckpt, tmp_path):
-    """The word pointer was an add-on only decoding used: a checkpoint or an exported folder
-    that holds one loads the rest exactly, the pointer dropped with one warning line."""
-    path, model = ckpt
-    checkpoint = torch.load(path, weights_only=True)
-    _with_word_pointer(checkpoint["state_dict"], checkpoint["hyper_parameters"]["net"], "net.")
-    torch.save(checkpoint, tmp_path / "old.ckpt")
-    model.save_pretrained(tmp_path / "folder")
-    from safetensors.torch import load_file, save_file
-
-    weights = load_file(tmp_path / "folder" / io.WEIGHTS_FILE)
-    config = json.loads((tmp_path / "folder" / io.CONFIG_FILE).read_text())
-    _with_word_pointer(weights, config)
-    save_file(weights, tmp_path / "folder" / io.WEIGHTS_FILE)
-    (tmp_path / "folder" / io.CONFIG_FILE).write_text(json.dumps(config))
-    for old in (tmp_path / "old.ckpt", tmp_path / "folder"):
-        with pytest.warns(UserWarning) as caught:
-            loaded = io.build_model(VitBert, io.read_checkpoint(old))
-        assert [str(w.message) for w in caught] == [io.REMOVED_WEIGHTS_WARNING], old
-        assert "word pointer" in io.REMOVED_WEIGHTS_WARNING
-        assert loaded.config == model.config and not hasattr(loaded, "pointer")
-        assert loaded.state_dict().keys() == model.state_dict().keys()
-        for key, value in model.state_dict().items():
-            assert torch.equal(loaded.state_dict()[key], value), key
-        assert _tied(loaded)
+    config = tiny_config(extension=BindingLevers(hue_dim=8, lookup_heads=2, share_window=2))
+    config.image = ImageTowerConfig(kind="conv_stem", image_size=16, patch_size=8, dim=32,
+                                    depth=1, num_heads=2, stem_hidden_dim=8)
+    model = VitBert(config).eval()
+    model.save_pretrained(tmp_path / "m")
+    stored = json.loads((tmp_path / "m" / io.CONFIG_FILE).read_text())
+    assert stored["extension"]["class_path"] == "vitbert.shapes.model.BindingLevers"
+    assert stored["extension"]["init_args"]["lookup_heads"] == 2
+    loaded = VitBert.from_pretrained(tmp_path / "m").eval()
+    assert loaded.config == model.config and loaded.reader is not None
+    assert any(key.startswith("reader.lookup.") for key in loaded.state_dict())
+    assert any(key.startswith("reader.sharing.") for key in loaded.state_dict())
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    input_ids, attention_mask, images, _ = batch
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids, attention_mask, loaded.photos(images)),
+                                   model(input_ids, attention_mask, model.photos(images)),
+                                   rtol=0, atol=0)

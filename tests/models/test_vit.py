@@ -231,15 +231,22 @@ def test_local_attention_tower_is_blind_to_far_pixels(radius):
     assert not torch.allclose(tokens[0, 63], tokens_changed[0, 63])
 
 
-def _hue_tower() -> torch.nn.Module:
-    tower = _tower(kind="conv_stem", image_size=16, patch_size=4, dim=32, depth=2, num_heads=2,
-                   chroma_dim=8)
+def _hue_tower(**levers) -> torch.nn.Module:
+    """The shapes data's hue-apart tower (``vitbert.shapes.BindingLevers``, built by the
+    extension in place of the core's), 8 hue channels of 32, the lookup off."""
+    from vitbert.shapes import BindingLevers
+
+    config = ImageTowerConfig(kind="conv_stem", image_size=16, patch_size=4, dim=32,
+                              depth=levers.pop("depth", 2), num_heads=2)
+    extension = BindingLevers(**{"hue_dim": 8, "places": False, "lookup_heads": 0,
+                                 "share_window": 0, "lookup_place": False, **levers})
+    tower = extension.image_tower(config)
     return tower.eval()  # BatchNorm's running statistics: pictures are read one by one
 
 
-def test_a_tower_with_chroma_dim_codes_form_alike_in_every_hue():
+def test_a_tower_with_hue_apart_codes_form_alike_in_every_hue():
     """Exchanging the colour channels keeps every pixel's luminance: the form channels (all but
-    the last chroma_dim) come out the same, and only the hue channels tell the pictures apart."""
+    the last hue_dim) come out the same, and only the hue channels tell the pictures apart."""
     tower = _hue_tower()
     images = torch.randn(2, 3, 16, 16)
     rehued = images[:, [2, 0, 1]]
@@ -262,11 +269,10 @@ def test_the_hue_channels_are_blind_to_where_in_the_patch_a_pixel_is():
     assert not torch.allclose(tokens_turned[..., :24], tokens[..., :24], atol=1e-3)
 
 
-def test_with_chroma_place_the_last_two_channels_say_where_each_patch_is():
+def test_with_places_the_last_two_channels_say_where_each_patch_is():
     """Column then row, -1 at the left and top edge and 1 at the right and bottom, on the grid
     of the input at hand (a larger picture, a finer grid); the hue beside them is still read."""
-    tower = _tower(kind="conv_stem", image_size=16, patch_size=4, dim=32, depth=1, num_heads=2,
-                   chroma_dim=8, chroma_place=True).eval()
+    tower = _hue_tower(places=True, depth=1)
     columns = {16: [-1, -1 / 3, 1 / 3, 1], 24: [-1, -0.6, -0.2, 0.2, 0.6, 1]}
     for size, expected_column in columns.items():
         images = torch.randn(2, 3, size, size)
@@ -282,10 +288,18 @@ def test_with_chroma_place_the_last_two_channels_say_where_each_patch_is():
         assert not torch.allclose(tower(rehued)[1][..., 24:30], tokens[..., 24:30], atol=1e-3)
 
 
-def test_chroma_dim_needs_the_conv_stem_and_room_in_the_token():
-    with pytest.raises(ValueError, match="chroma_dim=8 needs kind: conv_stem"):
-        ImageTowerConfig(kind="vit", chroma_dim=8)
-    with pytest.raises(ValueError, match=r"use 0 \(off\) up to 127"):
-        ImageTowerConfig(chroma_dim=128)
-    with pytest.raises(ValueError, match="chroma_place needs chroma_dim of 3 or more"):
-        ImageTowerConfig(kind="conv_stem", chroma_dim=2, chroma_place=True)
+def test_the_hue_apart_tower_needs_the_conv_stem_and_room_in_the_token():
+    from vitbert.shapes import BindingLevers
+
+    levers = BindingLevers(hue_dim=8, places=False, lookup_heads=0, share_window=0,
+                           lookup_place=False)
+    with pytest.raises(ValueError, match=r"hue_dim 8\) is a conv_stem tower.*vit, 128"):
+        levers.image_tower(ImageTowerConfig(kind="vit"))
+    with pytest.raises(ValueError, match=r"more than 128 channels.*conv_stem, 128"):
+        BindingLevers(hue_dim=128, places=False, lookup_heads=0, share_window=0,
+                      lookup_place=False).image_tower(ImageTowerConfig())
+    with pytest.raises(ValueError, match=r"hue_dim=2: use 0 \(off\), or with places at least 3"):
+        BindingLevers(hue_dim=2, places=True)
+    # hue_dim 0: the core's tower, unchanged.
+    assert BindingLevers(hue_dim=0, places=False, lookup_heads=0, share_window=0,
+                         lookup_place=False).image_tower(ImageTowerConfig()) is None

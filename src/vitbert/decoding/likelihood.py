@@ -27,6 +27,8 @@ def pseudo_log_likelihood(net, ids: Tensor, keep: Tensor, content: Tensor, mask_
     caption b shown photo ``photos.index[b]``); None: no image (text only).
     """
     row, col = content.nonzero(as_tuple=True)  # (M,) one sequence per hidden piece
+    if photos is not None and photos.index is None:  # P = B: caption b sees photo b
+        photos = Photos(photos.tokens, torch.arange(len(ids), device=ids.device))
     total = torch.zeros(len(ids), device=ids.device)
     readings: list[list[Tensor]] = [[] for _ in range(len(ids))]
     for start in range(0, len(row), chunk):

@@ -136,6 +136,16 @@ class NetworkExtension:
         return {"class_path": f"{type(self).__module__}.{type(self).__name__}",
                 "init_args": dict(vars(self))}
 
+    # By settings, not identity: a config read back from a checkpoint or a YAML file equals the
+    # one it was written from (VitBertConfig compares its fields, this one among them).
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NetworkExtension):
+            return NotImplemented
+        return self.settings() == other.settings()
+
+    def __hash__(self) -> int:
+        return hash(repr(self.settings()))
+
 
 def build_extension(spec: NetworkExtension | dict[str, Any] | None) -> NetworkExtension | None:
     """An extension from its ``{"class_path", "init_args"}`` (as a checkpoint stores it), or
