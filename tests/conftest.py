@@ -28,6 +28,8 @@ import torch
 from helpers import objectives
 from PIL import Image
 
+from vitbert.io import write_exported
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -89,7 +91,7 @@ def trained(tmp_path_factory) -> Trained:
     config = model.config
     config.image_tokens = "pooled"
     pooled = root / "pooled"
-    VitBert(config).save_pretrained(pooled)
+    write_exported(VitBert(config), pooled)
     shutil.copy(exported / TOKENIZER_FILE, pooled / TOKENIZER_FILE)
 
     images = np.load(root / "shapes" / "images.npy", mmap_mode="r")

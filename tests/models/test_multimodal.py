@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from vitbert.io import load_network, write_exported
 from vitbert.models import Photos, VitBert
 
 
@@ -40,9 +41,9 @@ def test_tie_after_assign_load_and_meta_construction(model, tiny_config):
 
 def test_save_pretrained_round_trip(tmp_path, model, batch):
     input_ids, attention_mask, images, _ = batch
-    model.save_pretrained(tmp_path)
+    write_exported(model, tmp_path)
     assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "config.json").is_file()
-    loaded = VitBert.from_pretrained(tmp_path).eval()
+    loaded = load_network(tmp_path).eval()
     assert _tied(loaded)
     assert loaded.config == model.config
     with torch.no_grad():
@@ -54,8 +55,8 @@ def test_save_pretrained_round_trip(tmp_path, model, batch):
 def test_from_pretrained_never_loads_timm_weights(tmp_path, tiny_config):
     config = tiny_config()
     config.image = dataclasses.replace(config.image, pretrained=str(tmp_path / "absent.pth"))
-    VitBert(config).save_pretrained(tmp_path / "m")
-    loaded = VitBert.from_pretrained(tmp_path / "m")  # would raise FileNotFoundError otherwise
+    write_exported(VitBert(config), tmp_path / "m")
+    loaded = load_network(tmp_path / "m")  # would raise FileNotFoundError otherwise
     assert loaded.config.image.pretrained.endswith("absent.pth")
 
 

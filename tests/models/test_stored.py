@@ -13,6 +13,7 @@ import torch
 
 from vitbert import io
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
+from vitbert.io import load_network, write_exported
 from vitbert.models import VitBert
 
 CAPTIONS = ["a red circle left of a blue square", "a small green cross above a large diamond"]
@@ -94,12 +95,12 @@ def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer, tiny_config)
 
 def test_exported_folder_round_trip_is_bit_identical(tmp_path, tiny_config):
     model = VitBert(tiny_config())
-    model.save_pretrained(tmp_path / "a")
-    loaded = VitBert.from_pretrained(tmp_path / "a")
+    write_exported(model, tmp_path / "a")
+    loaded = load_network(tmp_path / "a")
     assert loaded.state_dict().keys() == model.state_dict().keys()
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
-    loaded.save_pretrained(tmp_path / "b")
+    write_exported(loaded, tmp_path / "b")
     for name in (io.WEIGHTS_FILE, io.CONFIG_FILE):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     from safetensors import safe_open
@@ -112,7 +113,7 @@ def test_exported_folder_round_trip_is_bit_identical(tmp_path, tiny_config):
 def test_exported_files_are_readable_by_others(tmp_path, model):
     previous = os.umask(0o077)  # a private umask: the export must still be shareable
     try:
-        model.save_pretrained(tmp_path / "out")
+        write_exported(model, tmp_path / "out")
     finally:
         os.umask(previous)
     for path in (tmp_path / "out", *(tmp_path / "out").iterdir()):
@@ -124,10 +125,10 @@ def test_exported_files_are_readable_by_others(tmp_path, model):
 
 def test_the_tie_holds_after_every_kind_of_load(tmp_path, ckpt, tokenizer, tiny_config):
     path, source = ckpt
-    source.save_pretrained(tmp_path / "exported")
+    write_exported(source, tmp_path / "exported")
     (tmp_path / "exported" / io.TOKENIZER_FILE).write_text(tokenizer_to_json(tokenizer))
     loaded = [
-        VitBert.from_pretrained(tmp_path / "exported"),
+        load_network(tmp_path / "exported"),
         io.load_model(tmp_path / "exported")[0],
         io.load_model(path)[0],
     ]
@@ -180,11 +181,11 @@ def test_a_network_with_an_extension_round_trips_by_its_class_path(tmp_path, tin
     config.image = ImageTowerConfig(kind="conv_stem", image_size=16, patch_size=8, dim=32,
                                     depth=1, num_heads=2, stem_hidden_dim=8)
     model = VitBert(config).eval()
-    model.save_pretrained(tmp_path / "m")
+    write_exported(model, tmp_path / "m")
     stored = json.loads((tmp_path / "m" / io.CONFIG_FILE).read_text())
     assert stored["extension"]["class_path"] == "vitbert.shapes.model.BindingLevers"
     assert stored["extension"]["init_args"]["lookup_heads"] == 2
-    loaded = VitBert.from_pretrained(tmp_path / "m").eval()
+    loaded = load_network(tmp_path / "m").eval()
     assert loaded.config == model.config and loaded.reader is not None
     assert any(key.startswith("reader.lookup.") for key in loaded.state_dict())
     assert any(key.startswith("reader.sharing.") for key in loaded.state_dict())

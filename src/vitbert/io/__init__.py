@@ -27,7 +27,14 @@ from vitbert.io.files import (
     stored_tokenizer,
     write_exported,
 )
-from vitbert.io.load import export, export_and_describe, initialize, load_model, model_of
+from vitbert.io.load import (
+    export,
+    export_and_describe,
+    initialize,
+    load_model,
+    load_network,
+    model_of,
+)
 from vitbert.io.timm import load_image_weights
 from vitbert.io.transfer import TransferReport, transfer_weights
 
@@ -50,6 +57,7 @@ __all__ = [
     "is_head_weight",
     "load_image_weights",
     "load_model",
+    "load_network",
     "model_of",
     "not_a_checkpoint",
     "read_checkpoint",

@@ -47,6 +47,12 @@ def model_of(stored: StoredModel, path: str | Path, map_location: str | torch.de
     return model.eval(), tokenizer_from_json(stored.tokenizer_json)
 
 
+def load_network(path: str | Path, map_location: str | torch.device = "cpu") -> VitBert:
+    """The network of a ``.ckpt`` or an exported folder, without its tokenizer (:func:`load_model`
+    gives both); never loads the timm weights its config names."""
+    return build_model(VitBert, read_checkpoint(path), map_location)
+
+
 def export(checkpoint: str | Path, out: str | Path) -> Path:
     """Write the shareable folder: safetensors weights (the network and every trained head),
     config.json and tokenizer.json."""

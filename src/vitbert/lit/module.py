@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
-from vitbert.io import HEADS, TOKENIZER_KEY, initialize, stored_tokenizer
+from vitbert.io import TOKENIZER_KEY, initialize, stored_tokenizer
 from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
 from vitbert.lit.conditions import read
 from vitbert.lit.metrics import MaskedLMMetrics
@@ -117,10 +117,7 @@ class MaskedLMModule(L.LightningModule):
         if stage == "fit" and self.trainer.ckpt_path is None:  # a fresh run, not a resume
             for objective in self.objectives:
                 objective.prepare(datamodule, self.tokenizer)
-            # The heads a checkpoint stores (io.HEADS); running statistics beside them (the
-            # focused copies' difficulty) start afresh, as they always did.
-            heads = {name: head for name, head in self.heads.items() if name in HEADS}
-            report = initialize(self.net, self.hparams.init_from, self.tokenizer, heads)
+            report = initialize(self.net, self.hparams.init_from, self.tokenizer, self.heads)
             if report and self.trainer.is_global_zero:
                 print(report)
 

@@ -19,7 +19,6 @@ the photo again after the encoder (:class:`~vitbert.models.config.NetworkExtensi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import torch
@@ -78,8 +77,8 @@ class VitBert(nn.Module):
     """A masked-language model over a caption that can look at its photo.
 
     Construction loads nothing: the weights named in ``config.image.pretrained`` are loaded when
-    a fresh run starts (:func:`vitbert.io.initialize`); stored models load through
-    :mod:`vitbert.io` (:meth:`from_pretrained` is a shortcut).
+    a fresh run starts (:func:`vitbert.io.initialize`); stored models are read and written by
+    :mod:`vitbert.io` (``load_network``, ``write_exported``).
     """
 
     def __init__(self, config: VitBertConfig) -> None:
@@ -222,17 +221,3 @@ class VitBert(nn.Module):
             hidden = self.reader(words=embedded, hidden=hidden, image=image, tower=tower,
                                  index=photos.index, visible=visible, causal=seq2seq)
         return hidden, attention
-
-    def save_pretrained(self, folder: str | Path) -> None:
-        """``model.safetensors`` + ``config.json``, the tied matrix once (:mod:`vitbert.io`)."""
-        from vitbert.io.files import write_exported
-
-        write_exported(self, folder)
-
-    @classmethod
-    def from_pretrained(cls, folder: str | Path, map_location: str | torch.device = "cpu"
-                        ) -> VitBert:
-        """Inverse of :meth:`save_pretrained`; never loads the timm weights in the config."""
-        from vitbert.io.files import build_model, read_checkpoint
-
-        return build_model(cls, read_checkpoint(folder), map_location)
