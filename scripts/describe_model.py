@@ -87,10 +87,12 @@ def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
         model = VitBert(config)
     image, text = config.image, config.text
     total = sum(p.numel() for p in model.parameters())
+    cnn = (f"{image.backbone}{' (its mean)' if image.backbone_pool else ''}" if image.backbone
+           else f"ResNetV2{tuple(image.hybrid_layers)}")
     header = [
         f"== {name} ==",
         f"image: {image.kind} {image.image_size}² patch {image.patch_size}"
-        + (f" ResNetV2{tuple(image.hybrid_layers)}" if image.kind == "hybrid" else "")
+        + (f" {cnn}" if image.kind == "hybrid" else "")
         + f" → {model.image_tower.grid_size[0]}×{model.image_tower.grid_size[1]} grid,"
         f" D={image.dim}, {image.depth} blocks, {image.num_heads} heads, pool={image.pool}"
         + (f", attention within {2 * image.attention_radius + 1}×{2 * image.attention_radius + 1}"
