@@ -23,7 +23,11 @@ from vitbert.models import VitBertConfig
 
 CONFIGS = DEFAULT_CONFIG.parent
 # The configs that train on photos: none may need anything made for the shapes data.
-PHOTO_CONFIGS = ["flickr30k", "flickr30k_hybrid", "flickr30k_patches", "flickr_small", "web"]
+# Word detection's weight in each photo config: 3 as measured on the 500-photo development set,
+# and what the Flickr8k recipe chose on its dev split (docs/real-photos.md).
+WORD_DETECTION = {"flickr8k_cpu": []}
+PHOTO_CONFIGS = ["flickr30k", "flickr30k_hybrid", "flickr30k_patches", "flickr_small", "web",
+                 "flickr8k_cpu"]
 SHAPES = "vitbert.shapes"
 ABSENT = "<absent>"  # a key the parsed tree does not have (a subclass setting of no class)
 
@@ -226,4 +230,4 @@ def test_the_photo_configs_name_nothing_of_the_shapes_data(name):
     assert "attention_radius" not in path.read_text()
     words = [o for o in parsed["model"]["objectives"]
              if o["class_path"] == "vitbert.lit.objectives.WordDetection"]
-    assert [o["init_args"]["weight"] for o in words] == [3.0]
+    assert [o["init_args"]["weight"] for o in words] == WORD_DETECTION.get(name, [3.0])

@@ -34,20 +34,6 @@ PLACEHOLDER = "placeholder"  # stands for CKPT, DIR, <name> and the like in a co
 # after it. Until then each is listed here: a command with one of these flags is expected not to
 # parse (strictly: once the page is rewritten the entry must go), and each file is checked to be
 # still named and still missing, so the lists only shrink.
-STALE_COMMANDS = {  # page → flags that no longer exist
-    "binding.md": ("--data.twin_photos", "--model.twin_weight", "--model.net.image.chroma_place",
-                   "--model.net.lookup_share_window"),
-    "real-photos.md": ("--model.word_detection_weight",),
-}
-STALE_FILES = {  # page → files it names that moved (vitbert.shapes, lit merges) or went
-    "architecture.md": {"data/shapes.py", "data/shapes_captions.py", "data/twins.py",
-                        "lit/loss.py", "lit/captioning.py", "lit/caption_metrics.py",
-                        "lit/resume.py", "lit/twins.py", "models/lookup.py"},
-    "binding.md": {"src/vitbert/data/twins.py", "src/vitbert/lit/twins.py",
-                   "src/vitbert/models/lookup.py", "src/vitbert/lit/focus.py"},
-    "captions.md": {"data/shapes.py"},
-}
-
 
 # ---------------------------------------------------------------------------- reading the pages
 
@@ -227,15 +213,6 @@ def missing_anchors(page: Path) -> list[str]:
 ALL = [(page, command) for page in PAGES for command in commands(page.read_text())]
 
 
-def stale(page: Path, command: str) -> bool:
-    """Whether ``command`` uses a flag :data:`STALE_COMMANDS` lists for its page."""
-    return any(flag in arguments(command) for flag in STALE_COMMANDS.get(page.name, ()))
-
-
-STALE = pytest.mark.xfail(strict=True, reason="a flag removed by the core redesign (issue 53); "
-                                             "the page is rewritten after it")
-
-
 def test_the_pages_hold_the_commands_they_should():
     found = {command.split(" #")[0].strip() for _, command in ALL}
     for expected in ("make train", "make test", "make tower", "python scripts/train.py fit",
@@ -249,26 +226,15 @@ def test_the_pages_hold_the_commands_they_should():
                        "scripts/experiments/position.py"}
 
 
-@pytest.mark.parametrize(("page", "command"), [
-    pytest.param(p, c, marks=[STALE] if stale(p, c) else [], id=f"{p.name}:{c[:70]}")
-    for p, c in ALL])
+@pytest.mark.parametrize(("page", "command"), ALL,
+                         ids=[f"{p.name}:{c[:70]}" for p, c in ALL])
 def test_every_command_parses(page, command):
     assert command_problem(command) is None, f"{page.name}: {command}\n{command_problem(command)}"
 
 
-def test_every_stale_flag_is_still_on_its_page():
-    """An entry of :data:`STALE_COMMANDS` whose page no longer uses the flag goes."""
-    for name, flags in STALE_COMMANDS.items():
-        used = {f for p, c in ALL if p.name == name for f in flags if f in arguments(c)}
-        assert used == set(flags), (name, set(flags) - used)
-
-
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_every_repository_file_named_exists(page):
-    missing = missing_files(page)
-    known = STALE_FILES.get(page.name, set())
-    assert [name for name in missing if name not in known] == []
-    assert known <= set(missing), f"named again, or found: drop {known - set(missing)}"
+    assert missing_files(page) == []
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
