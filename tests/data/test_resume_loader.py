@@ -91,13 +91,20 @@ def test_grouped_order_keeps_a_photos_captions_together_and_depends_on_seed_and_
     assert [i for i, *_ in EpochShuffle(50, 7, range(50))] == [i for i, *_ in EpochShuffle(50, 7)]
 
 
-def test_grouped_loader_resumes_mid_epoch():
-    reference = _epoch(_grouped_loader(), 1)
-    first = _grouped_loader()
-    done = _epoch(first, 1, stop=3)
-    again = _grouped_loader()
+def _resumes_mid_epoch(make_loader, epoch: int) -> list:
+    """Asserts that a loader stopped after three batches and resumed from its state gives the
+    epoch an uninterrupted one gives; returns that epoch's batches."""
+    reference = _epoch(make_loader(), epoch)
+    first = make_loader()
+    done = _epoch(first, epoch, stop=3)
+    again = make_loader()
     again.load_state_dict(first.state_dict())
-    assert done + _epoch(again, 1) == reference
+    assert done + _epoch(again, epoch) == reference
+    return reference
+
+
+def test_grouped_loader_resumes_mid_epoch():
+    reference = _resumes_mid_epoch(_grouped_loader, 1)
     indices = [i for batch in reference for i, _ in batch]
     assert sorted(indices) == list(range(50)) and len(_runs(indices)) == len(set(PHOTOS))
 
@@ -149,12 +156,7 @@ def test_length_grouped_loader_resumes_mid_epoch():
         return resumable_loader(Numbers(), seed=7, lengths=lengths, batch_size=8,
                                 collate_fn=lambda items: [it["index"] for it in items])
 
-    whole = _epoch(loader(), 0)
-    stopped = loader()
-    head = _epoch(stopped, 0, stop=3)
-    resumed = loader()
-    resumed.load_state_dict(stopped.state_dict())
-    assert head + _epoch(resumed, 0) == whole
+    whole = _resumes_mid_epoch(loader, 0)
     assert sorted(i for batch in whole for i in batch) == list(range(50))
 
 
