@@ -219,3 +219,24 @@ def test_fit_with_a_frozen_cnn_trains_the_rest_of_the_tower_on_its_cached_output
         assert similarity.min() > 0.999
         torch.testing.assert_close(module.net.tower_tokens_from_backbone(features),
                                    module.net.tower_tokens(batch["images"]))
+
+
+def test_a_frozen_cnns_cache_is_keyed_by_what_its_output_depends_on(datamodule):
+    """The CNN's output does not depend on the tower's parts after it (width, blocks): changing
+    them reads the same cache; changing the CNN's pooling, or its weights, builds a new one."""
+    def hybrid(**image) -> VitBert:
+        torch.manual_seed(0)
+        return VitBert(VitBertConfig.from_dict({
+            "image": {"kind": "hybrid", "backbone": "resnet10t", "image_size": 32,
+                      "patch_size": 1, "dim": 16, "depth": 1, "num_heads": 2, **image},
+            "text": {"dim": 24, "depth": 1, "num_heads": 2, "max_len": 32},
+            "vocab_size": datamodule.num_tokens}))
+
+    key = feature_key(datamodule.cache_dir, hybrid(), "backbone")[0]
+    assert feature_key(datamodule.cache_dir, hybrid(dim=32, depth=2), "backbone")[0] == key
+    assert feature_key(datamodule.cache_dir, hybrid(backbone_pool=True), "backbone")[0] != key
+    other = hybrid()
+    with torch.no_grad():
+        other.image_tower.patch_embed.backbone.conv1[0].weight.add_(1.0)
+    assert feature_key(datamodule.cache_dir, other, "backbone")[0] != key
+    assert feature_key(datamodule.cache_dir, hybrid(), "tower")[0] != key  # another part

@@ -18,7 +18,8 @@ The cache lies next to the image cache:
     features-<key>.json  what it was built from; written last, so its presence means "complete"
 
 ``key`` hashes the image cache's settings (its source fingerprint and image size), the tower's
-settings (`ImageTowerConfig`: the CNN's name and its weights file among them), the frozen part's
+settings the part's output depends on (`ImageTowerConfig`: all of them for the tower; for a
+backbone the CNN's name, pooling, image size, pixel statistics and weights file), the frozen part's
 weights, the part, and the dtypes it was computed and stored in: a change in any of them gives a
 new key and the cache is rebuilt (older ``features-*`` files in the folder are removed).
 
@@ -50,6 +51,9 @@ from .files import atomic_write, temp_path
 FEATURES_KEY = "image_features"  # the batch key of a frozen tower's cached output
 BACKBONE_KEY = "backbone_features"  # the batch key of a frozen CNN backbone's cached output
 PARTS = {"tower": FEATURES_KEY, "backbone": BACKBONE_KEY}  # what may be frozen, and its key
+# The tower settings a backbone's output depends on (its width, blocks and pooling come after it).
+BACKBONE_SETTINGS = ("kind", "backbone", "backbone_pool", "hybrid_layers", "image_size",
+                     "in_chans", "mean", "std", "pretrained")
 FEATURES_VERSION = 2
 FEATURE_DTYPE = np.float16
 
@@ -94,10 +98,13 @@ def feature_key(image_cache: str | Path, model: Any, part: str = "tower",
     if meta is None:
         raise DataError(f"{image_cache}: no complete image cache (cache.json missing); build it "
                         f"first (the data module's prepare_data, or scripts/prepare_data.py)")
+    image = asdict(model.config.image)
+    if part == "backbone":  # the CNN's output: the rest of the tower is not in it
+        image = {k: image[k] for k in BACKBONE_SETTINGS}
     basis = {"version": FEATURES_VERSION, "dtype": np.dtype(FEATURE_DTYPE).name,
              "compute_dtype": str(dtype).removeprefix("torch."), "part": part,
-             "image_cache": meta["settings"], "tower": asdict(model.config.image),
-             "image_tokens": model.config.image_tokens,
+             "image_cache": meta["settings"], "tower": image,
+             "image_tokens": model.config.image_tokens if part == "tower" else None,
              "weights": weights_hash(frozen_module(model, part))}
     key = hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
     return key, basis
