@@ -21,7 +21,8 @@ The cache lies next to the image cache:
 settings the part's output depends on (`ImageTowerConfig`: all of them for the tower; for a
 backbone the CNN's name, pooling, image size, pixel statistics and weights file), the frozen part's
 weights, the part, and the dtypes it was computed and stored in: a change in any of them gives a
-new key and the cache is rebuilt (older ``features-*`` files in the folder are removed).
+new key and a new cache. The others stay (another run may be reading one) and the build says how
+much room they take.
 
 The part runs in eval mode (no stochastic depth, BatchNorm's running statistics) under
 ``inference_mode``, channels-last, and in bf16 where the CPU has bf16 instructions (or on a GPU):
@@ -149,7 +150,7 @@ def build_image_features(model: Any, image_cache: str | Path, part: str = "tower
     module = frozen_module(model, part)
     tower, was_training = model.image_tower, model.image_tower.training
     tower.eval().to(memory_format=torch.channels_last)
-    tmp = temp_path(npy)  # hidden, per process: never matched by the stale-file sweep below
+    tmp = temp_path(npy)  # hidden, per process: a reader of the folder never takes it for a cache
     out: np.ndarray | None = None
     try:
         starts = range(0, len(images), batch_size)
@@ -177,9 +178,11 @@ def build_image_features(model: Any, image_cache: str | Path, part: str = "tower
     finally:
         tmp.unlink(missing_ok=True)
         tower.train(was_training).to(memory_format=torch.contiguous_format)
-    for stale in cache_dir.glob("features-*"):  # other keys: another tower, or other photos
-        if stale.name not in (npy.name, meta.name):
-            stale.unlink(missing_ok=True)
+    others = [p for p in cache_dir.glob("features-*.npy") if p != npy]
+    if others and progress:  # another tower's, or other photos': another run may be reading it
+        size = sum(p.stat().st_size for p in others) / 1e9
+        print(f"{cache_dir}: {len(others)} other feature caches ({size:.1f} GB) of other towers "
+              f"or photos stay; delete {cache_dir}/features-* to free them", flush=True)
     atomic_write(meta, json.dumps({**basis, "key": key, "shape": shape}, indent=2))
     return ImageFeatures(npy, key, part)
 
