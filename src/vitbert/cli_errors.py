@@ -16,6 +16,7 @@ import yaml
 from vitbert.data.cache import DataError
 from vitbert.io import CheckpointError, not_a_checkpoint
 from vitbert.io.files import CONFIG_SUFFIXES
+from vitbert.models import ConfigError
 from vitbert.predict import PredictError
 from vitbert.pretrained_weights import DEFAULT_OUT
 
@@ -25,7 +26,7 @@ class MissingWeightsError(FileNotFoundError):
 
 
 # Errors whose message is already the one line a user needs.
-USER_ERRORS = (DataError, CheckpointError, PredictError, MissingWeightsError)
+USER_ERRORS = (DataError, CheckpointError, ConfigError, PredictError, MissingWeightsError)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 # The tower configs (vitbert.pretraining) and the one `make tower` runs.

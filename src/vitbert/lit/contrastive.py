@@ -42,7 +42,7 @@ from vitbert.lit.objectives import (
     caption_photos,
     original_caption,
 )
-from vitbert.models import ITMHead, Photos, VitBert
+from vitbert.models import ConfigError, ITMHead, Photos, VitBert
 
 
 def contrastive_loss(texts: Tensor, images: Tensor, caption_image: Tensor, temperature: Tensor
@@ -83,8 +83,8 @@ class Contrastive(Objective):
 
     def build(self, net: VitBert) -> dict[str, nn.Module]:
         if not net.has_itc:
-            raise ValueError("the contrastive objective trains the network's contrastive heads, "
-                             "and this net has none: set --model.net.itc_dim (e.g. 128)")
+            raise ConfigError("the contrastive objective trains the network's contrastive heads, "
+                              "and this net has none: set --model.net.itc_dim (e.g. 128)")
         return {}
 
     def __call__(self, net: VitBert, step: TrainingStep) -> Tensor:

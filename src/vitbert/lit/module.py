@@ -30,7 +30,7 @@ from vitbert.lit.objectives import (
     tower_output,
 )
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.models import ConfigError, VitBert, VitBertConfig
 
 
 def build_objective(spec: Objective | dict) -> Objective:
@@ -83,8 +83,8 @@ class MaskedLMModule(L.LightningModule):
         self.objectives = [build_objective(o) for o in (objectives or [MaskedLM()])]
         names = [type(o).__name__ for o in self.objectives]
         if len(set(names)) < len(names):
-            raise ValueError(f"model.objectives lists one objective twice ({', '.join(names)}): "
-                             f"give each once, with the weight it should have")
+            raise ConfigError(f"model.objectives lists one objective twice ({', '.join(names)}): "
+                              f"give each once, with the weight it should have")
         # Plain values only (a checkpoint loads with weights_only=True): configs as dicts.
         self.save_hyperparameters(ignore=["net", "optimizer", "objectives"])
         self.hparams.update(net=net.to_dict(), vocab_size=net.vocab_size,
@@ -95,9 +95,9 @@ class MaskedLMModule(L.LightningModule):
         if freeze_image_backbone:
             backbone = getattr(self.net.image_tower.patch_embed, "backbone", None)
             if backbone is None:
-                raise ValueError(f"model.freeze_image_backbone freezes a hybrid tower's CNN, and "
-                                 f"this tower ({net.image.kind}) has none: set "
-                                 f"image.kind: hybrid (with image.backbone), or unset it")
+                raise ConfigError(f"model.freeze_image_backbone freezes a hybrid tower's CNN, and "
+                                  f"this tower ({net.image.kind}) has none: set "
+                                  f"image.kind: hybrid (with image.backbone), or unset it")
             backbone.requires_grad_(False)
         # The objectives' heads are the module's own, under the names checkpoints keep them by.
         self.heads: dict[str, nn.Module] = {}

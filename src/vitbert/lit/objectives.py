@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from vitbert.data.features import BACKBONE_KEY, FEATURES_KEY, IMAGE_INDEX
 from vitbert.data.masking import IGNORE_INDEX
-from vitbert.models import Photos, VitBert, WordDetectorHead
+from vitbert.models import ConfigError, Photos, VitBert, WordDetectorHead
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
@@ -132,7 +132,8 @@ class Objective:
 
     def __init__(self, weight: float = 1.0) -> None:
         if weight < 0:
-            raise ValueError(f"{type(self).__name__}: weight {weight} weighs a loss; use 0 or more")
+            raise ConfigError(f"{type(self).__name__}: weight {weight} weighs a loss; use 0 or "
+                              f"more")
         self.weight = weight
 
     def build(self, net: VitBert) -> dict[str, nn.Module]:
@@ -202,8 +203,8 @@ class CaptionWriting(Objective):
     def __init__(self, probability: float = 0.3, weight: float = 1.0) -> None:
         super().__init__(weight)
         if not 0.0 <= probability <= 1.0:
-            raise ValueError(f"CaptionWriting: probability {probability} is the share of batches "
-                             f"that write captions; use a value in [0, 1], e.g. 0.3")
+            raise ConfigError(f"CaptionWriting: probability {probability} is the share of batches "
+                              f"that write captions; use a value in [0, 1], e.g. 0.3")
         self.probability = probability
 
     def claims_batch(self) -> bool:

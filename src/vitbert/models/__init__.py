@@ -18,6 +18,7 @@ Stored weights (checkpoints, exported folders, pretrained timm weights) are read
 
 from vitbert.models.bert import MLMHead, TextEmbeddings, TextTower
 from vitbert.models.config import (
+    ConfigError,
     ImageTowerConfig,
     NetworkExtension,
     TextTowerConfig,
@@ -30,6 +31,7 @@ from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
 from vitbert.models.vit import ViT, build_image_tower
 
 __all__ = [
+    "ConfigError",
     "ContrastiveHeads",
     "ConvStem",
     "HybridEmbed",

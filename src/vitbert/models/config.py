@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from torch import nn
 
 
+class ConfigError(ValueError):
+    """Settings that cannot work together, told in one line with the fix (the command line
+    prints it without a traceback)."""
+
+
 @dataclass
 class TowerConfig:
     """The encoder stack both towers share: width, depth, heads, MLP width, regularisation."""
@@ -90,13 +95,13 @@ class ImageTowerConfig(TowerConfig):
         self.mean = tuple(self.mean)
         self.std = tuple(self.std)
         if self.pool == "cls" and not self.class_token:
-            raise ValueError("pool='cls' needs class_token=True")
+            raise ConfigError("pool='cls' needs class_token=True")
         if (self.backbone or self.backbone_pool) and self.kind != "hybrid":
-            raise ValueError(f"image.backbone and image.backbone_pool set the hybrid front end: "
-                             f"use kind: hybrid (not {self.kind})")
+            raise ConfigError(f"image.backbone and image.backbone_pool set the hybrid front end: "
+                              f"use kind: hybrid (not {self.kind})")
         if self.attention_radius is not None and self.attention_radius < 0:
-            raise ValueError(f"attention_radius={self.attention_radius}: a patch must see itself; "
-                             f"use 0 or more, or null for every patch")
+            raise ConfigError(f"attention_radius={self.attention_radius}: a patch must see itself; "
+                              f"use 0 or more, or null for every patch")
 
 
 @dataclass
@@ -189,8 +194,8 @@ class VitBertConfig:
             self.text = TextTowerConfig(**self.text)
         self.extension = build_extension(self.extension)
         if self.itc_dim < 0:
-            raise ValueError(f"itc_dim={self.itc_dim}: the contrastive space needs a width; use "
-                             f"0 (no contrastive heads) or more, e.g. 128")
+            raise ConfigError(f"itc_dim={self.itc_dim}: the contrastive space needs a width; use "
+                              f"0 (no contrastive heads) or more, e.g. 128")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples stay tuples; ``json`` writes them as lists), the extension

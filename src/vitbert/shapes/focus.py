@@ -41,7 +41,7 @@ from vitbert.lit.objectives import (
     masked_lm_losses,
     original_caption,
 )
-from vitbert.models import VitBert
+from vitbert.models import ConfigError, VitBert
 from vitbert.shapes.twins import TWIN_KEYS
 
 
@@ -72,13 +72,13 @@ class FocusedMaskedLM(MaskedLM):
                  weight: float = 1.0) -> None:
         super().__init__(weight)
         if focus_weight < 0:
-            raise ValueError(f"focus_weight={focus_weight} weighs a loss: use 0 (off) or more")
+            raise ConfigError(f"focus_weight={focus_weight} weighs a loss: use 0 (off) or more")
         if not 0.0 <= start < 1.0:
-            raise ValueError(f"start={start} is a fraction of the run's steps: use 0 (from the "
-                             f"first) up to below 1")
+            raise ConfigError(f"start={start} is a fraction of the run's steps: use 0 (from the "
+                              f"first) up to below 1")
         if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"fraction={fraction} is the share of a batch's captions that get a "
-                             f"focused copy: use a value in (0, 1], e.g. 0.5")
+            raise ConfigError(f"fraction={fraction} is the share of a batch's captions that get a "
+                              f"focused copy: use a value in (0, 1], e.g. 0.5")
         self.focus_weight, self.start, self.fraction = focus_weight, start, fraction
 
     def build(self, net: VitBert) -> dict[str, nn.Module]:

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.models import ConvStem, ImageTowerConfig, ViT, VitBertConfig
+from vitbert.models import ConfigError, ConvStem, ImageTowerConfig, ViT, VitBertConfig
 from vitbert.models.config import NetworkExtension
 from vitbert.models.vit import init_transformer_weights
 
@@ -73,18 +73,18 @@ class BindingLevers(NetworkExtension):
     def __init__(self, hue_dim: int = 32, places: bool = True, lookup_heads: int = 4,
                  share_window: int = 6, lookup_place: bool = True) -> None:
         if hue_dim < 0 or (places and hue_dim < PLACE_DIM + 1):
-            raise ValueError(f"hue_dim={hue_dim}: use 0 (off), or with places at least "
-                             f"{PLACE_DIM + 1} (two channels for the place, the rest for the hue)")
+            raise ConfigError(f"hue_dim={hue_dim}: use 0 (off), or with places at least "
+                              f"{PLACE_DIM + 1} (two channels for the place, the rest for the hue)")
         if lookup_heads < 0 or share_window < 0:
-            raise ValueError("lookup_heads and share_window count heads and pieces: use 0 (off) "
-                             "or more")
+            raise ConfigError("lookup_heads and share_window count heads and pieces: use 0 (off) "
+                              "or more")
         if share_window and not lookup_heads:
-            raise ValueError(f"share_window={share_window} shares what the lookup reads: set "
-                             f"lookup_heads (e.g. 4), or share_window: 0")
+            raise ConfigError(f"share_window={share_window} shares what the lookup reads: set "
+                              f"lookup_heads (e.g. 4), or share_window: 0")
         if lookup_place and not (lookup_heads and places and hue_dim):
-            raise ValueError("lookup_place reads the patch places the tower keeps beside the hue: "
-                             "set lookup_heads (e.g. 4), hue_dim (e.g. 32) and places: true, or "
-                             "lookup_place: false")
+            raise ConfigError("lookup_place reads the patch places the tower keeps beside the hue: "
+                              "set lookup_heads (e.g. 4), hue_dim (e.g. 32) and places: true, or "
+                              "lookup_place: false")
         self.hue_dim, self.places = hue_dim, places
         self.lookup_heads, self.share_window = lookup_heads, share_window
         self.lookup_place = lookup_place
@@ -93,9 +93,9 @@ class BindingLevers(NetworkExtension):
         if not self.hue_dim:
             return None
         if config.kind != "conv_stem" or not self.hue_dim < config.dim:
-            raise ValueError(f"the hue-apart tower (hue_dim {self.hue_dim}) is a conv_stem tower "
-                             f"of more than {self.hue_dim} channels; set image.kind: conv_stem "
-                             f"and image.dim above it (it is {config.kind}, {config.dim})")
+            raise ConfigError(f"the hue-apart tower (hue_dim {self.hue_dim}) is a conv_stem tower "
+                              f"of more than {self.hue_dim} channels; set image.kind: conv_stem "
+                              f"and image.dim above it (it is {config.kind}, {config.dim})")
         # Built in the order the tower was always built (stem, hue, ViT), so a seed gives the
         # same initial weights as before the levers moved here.
         stem = LuminanceStem(config.image_size, config.patch_size, config.in_chans, config.dim,

@@ -51,7 +51,7 @@ from torch.utils.data import Dataset
 
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS
 from vitbert.lit.objectives import Batch, Objective, TrainingStep, caption_photos
-from vitbert.models import Photos, VitBert
+from vitbert.models import ConfigError, Photos, VitBert
 
 # Item fields: a caption's twins' photos and the spans of the words each exchanges; batch
 # fields: the K twin photos drawn, which of them each caption sees (-1: none), and where its
@@ -171,16 +171,16 @@ class TwinContrast(Objective):
 
     def build(self, net: VitBert) -> dict[str, nn.Module]:
         if net.reader is None:
-            raise ValueError("the twin contrast trains the neighbour lookup, which this model "
-                             "lacks: add the extension vitbert.shapes.BindingLevers to "
-                             "model.net (lookup_heads 4), or drop TwinContrast")
+            raise ConfigError("the twin contrast trains the neighbour lookup, which this model "
+                              "lacks: add the extension vitbert.shapes.BindingLevers to "
+                              "model.net (lookup_heads 4), or drop TwinContrast")
         return {}
 
     def prepare(self, datamodule, tokenizer) -> None:
         if not getattr(getattr(datamodule, "source", None), "twin_photos", False):
-            raise ValueError("the twin contrast reads each caption's twin photo: set "
-                             "--data.source.init_args.twin_photos true (ShapesSource), or drop "
-                             "TwinContrast from model.objectives")
+            raise ConfigError("the twin contrast reads each caption's twin photo: set "
+                              "--data.source.init_args.twin_photos true (ShapesSource), or drop "
+                              "TwinContrast from model.objectives")
 
     def __call__(self, net: VitBert, step: TrainingStep) -> Tensor | None:
         if step.claimed_by is not None:
@@ -217,8 +217,8 @@ def twin_contrast_loss(net: VitBert, batch: Batch, tower: Tensor, encoder_grad: 
     batch where no exchanged word is hidden gives a zero that keeps the graph.
     """
     if TWIN_INDEX not in batch:
-        raise ValueError("the twin contrast needs batches that carry twin photos: set "
-                         "--data.source.init_args.twin_photos true (and no frozen image tower)")
+        raise ConfigError("the twin contrast needs batches that carry twin photos: set "
+                          "--data.source.init_args.twin_photos true (and no frozen image tower)")
     targets = batch[TWIN_MASK] & (batch["labels"] != IGNORE_INDEX)  # (B, T)
     rows = ((batch[TWIN_INDEX] >= 0) & targets.any(dim=1)).nonzero().squeeze(1)  # (R,)
     if not len(rows):
