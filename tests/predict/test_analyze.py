@@ -198,3 +198,16 @@ def test_analyze_captions_needs_a_shapes_captioner(problem, trained, tmp_path, c
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err
     assert ("CaptionWriting" if problem == "mlm_only" else "ShapesSource") in err
+
+
+@pytest.mark.parametrize("eval_rate, expected", [(0.15, 0.15), (None, 0.3)])
+def test_analysis_masks_at_the_rate_validation_used(trained, monkeypatch, eval_rate, expected):
+    """A recipe may hide more in training than in validation (data.eval_mlm_probability): the
+    analysis must read validation's masks, or its figures are not the fit's table's."""
+    import vitbert.analysis as analysis
+
+    source, data, dataset = analysis.checkpoint_split(trained.ckpt, "val")
+    data = {**data, "mlm_probability": 0.3, "eval_mlm_probability": eval_rate}
+    monkeypatch.setattr(analysis, "checkpoint_split", lambda *a, **k: (source, data, dataset))
+    loader, _ = analysis.rebuild_loader(trained.ckpt, "val")
+    assert loader.collate_fn.mlm_probability == expected
