@@ -25,7 +25,7 @@ CONFIGS = DEFAULT_CONFIG.parent
 # The configs that train on photos: none may need anything made for the shapes data.
 # Word detection's weight in each photo config: 3 as measured on the 500-photo development set,
 # and what the Flickr8k recipe chose on its dev split (docs/real-photos.md).
-WORD_DETECTION = {"flickr8k_cpu": []}
+WORD_DETECTION = {"flickr8k_cpu": [1.0]}
 PHOTO_CONFIGS = ["flickr30k", "flickr30k_hybrid", "flickr30k_patches", "flickr_small", "web",
                  "flickr8k_cpu"]
 SHAPES = "vitbert.shapes"
