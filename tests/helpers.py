@@ -88,13 +88,6 @@ def train_cli(args: list[str]):
     return parsers_only(_cli, VitBertCLI, args)
 
 
-def tower_cli(args: list[str]):
-    """``scripts/pretrain_tower.py``'s command line, parsers built and nothing run."""
-    from vitbert.pretraining.cli import TowerCLI, build
-
-    return parsers_only(build, TowerCLI, args)
-
-
 # Photos as people have them, made with PIL in the tests that read photos (the demo's and the
 # predict API's): a picture whose reading can be checked, red on top, blue below.
 # Brighter red than blue: the embedded default's tower reads luminance, so a picture that turns

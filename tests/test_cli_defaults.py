@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from docstring_parser import parse_from_object
-from helpers import DEFAULT_OBJECTIVES, tower_cli, train_cli
+from helpers import DEFAULT_OBJECTIVES, train_cli
 
 from vitbert.cli import DEFAULT_CONFIG
 from vitbert.data.datamodule import CaptionDataModule
@@ -203,12 +203,6 @@ def test_fit_help_explains_every_architecture_setting(fit_parser):
 def test_every_training_config_parses(name):
     parsed = parse(CONFIGS / f"{name}.yaml")
     assert parsed["data"]["source"]["class_path"]  # each names its data
-
-
-@pytest.mark.parametrize("name", sorted(p.stem for p in (CONFIGS / "tower").glob("*.yaml")))
-def test_every_tower_config_parses(name):
-    args = ["fit", "--config", str(CONFIGS / "tower" / f"{name}.yaml")]
-    assert tower_cli(args).parser.parse_args(args).fit
 
 
 def test_the_photo_configs_are_all_there():

@@ -139,3 +139,19 @@ def test_objectives_and_towers_that_cannot_work_say_so_in_one_line(karpathy_flic
                                  "--data.source.init_args.root", str(karpathy_flickr),
                                  "--data.min_frequency", "1", *flags])
     assert says in line
+
+
+def test_a_missing_weight_file_is_named_with_its_fix(tmp_path, monkeypatch):
+    """model.net.image.pretrained: the file `make weights` writes says to run it; any other missing
+    file says what else may go there; a file that exists, a timm name or null pass."""
+    from vitbert.cli_errors import MAKE_WEIGHTS_FILE, MissingWeightsError, check_image_weights
+
+    monkeypatch.chdir(tmp_path)  # a checkout where `make weights` has not run
+    with pytest.raises(MissingWeightsError, match="`make weights`"):
+        check_image_weights(str(MAKE_WEIGHTS_FILE))
+    with pytest.raises(MissingWeightsError, match=r"no such file; pass a weight file that exists"):
+        check_image_weights(str(tmp_path / "tower.safetensors"))
+    present = tmp_path / "present.safetensors"
+    present.touch()
+    for fine in (str(present), "vit_base_patch16_224.augreg_in21k", None):
+        check_image_weights(fine)

@@ -81,20 +81,6 @@ def test_a_full_install_first_serves_training_and_a_changed_checkout_reinstalls(
     assert [p.name for p in make.venv.glob(".installed-*")] == [stamp.name + "-train"]
 
 
-def test_tower_builds_the_configs_file_once_with_the_training_install(make, tmp_path):
-    """`make tower` runs the tower config (its model.export_to is the target) after the training
-    install, and does nothing while that file is newer than the config."""
-    weights = tmp_path / "weights" / "tower.safetensors"
-    config = tmp_path / "tower.yaml"
-    config.write_text(f"model:\n  export_to: {weights}\n")
-    calls = make("tower", f"TOWER_CONFIG={config}")
-    assert _installs(calls) == ["-e ."]
-    assert calls[-1] == f"scripts/pretrain_tower.py fit --config {config}"
-    weights.parent.mkdir()
-    weights.touch()  # what the run writes
-    assert make("tower", f"TOWER_CONFIG={config}") == []
-
-
 def test_make_n_on_the_shared_environment_would_install_nothing_or_everything():
     """CI's environment (VENV=~/.cache/vitbert/venv): `make install` there is the full install
     (every dev extra), and it never uninstalls anything."""

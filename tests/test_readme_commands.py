@@ -1,7 +1,7 @@
 """The README and docs/ stay true (issue 35): every ``python scripts/…``, ``make …`` and config-file
 command in README.md and docs/*.md (fenced code blocks, and inline code that starts with one)
 parses, with the command's own parser in-process (``scripts/train.py``: the LightningCLI parser,
-built and never run, and ``scripts/pretrain_tower.py``'s likewise; the other scripts: their
+built and never run; the other scripts: their
 ``build_parser()``; ``make``: ``make -n``), and
 every file of the repository the pages name exists. Paths outside the repository (``../shared``,
 ``/data/flickr30k``), a user's files (``picture.png``) and what runs write (git-ignored:
@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import tower_cli, train_cli
+from helpers import train_cli
 
 from vitbert.cli import CONFIG_FLAGS, DEFAULT_CONFIG
 
@@ -82,11 +82,6 @@ def train_parser():
 
 
 @functools.cache
-def tower_parser():
-    return tower_cli(["fit"]).parser
-
-
-@functools.cache
 def script_parser(path: str):
     """``scripts/<path>``'s ``build_parser()``, loaded once."""
     spec = importlib.util.spec_from_file_location(
@@ -122,8 +117,6 @@ def command_problem(command: str) -> str | None:
                 contextlib.chdir(REPO):  # configs/… as the pages give them, from the root
             if script == "scripts/train.py":
                 train_parser().parse_args(train_arguments(words[2:]))
-            elif script == "scripts/pretrain_tower.py":
-                tower_parser().parse_args(words[2:])
             else:
                 script_parser(script).parse_args(words[2:])
     except SystemExit as exited:
@@ -215,14 +208,14 @@ ALL = [(page, command) for page in PAGES for command in commands(page.read_text(
 
 def test_the_pages_hold_the_commands_they_should():
     found = {command.split(" #")[0].strip() for _, command in ALL}
-    for expected in ("make train", "make test", "make tower", "python scripts/train.py fit",
+    for expected in ("make train", "make test", "python scripts/train.py fit",
                      "python scripts/train.py fit --config configs/flickr30k.yaml "
                      "--data.source.init_args.root /data/flickr30k"):
         assert expected in found
     scripts = {arguments(c)[1] for _, c in ALL if c.startswith("python")}
     assert scripts >= {"scripts/train.py", "scripts/predict.py", "scripts/caption.py",
                        "scripts/demo.py", "scripts/export.py", "scripts/analyze.py",
-                       "scripts/prepare_data.py", "scripts/bench.py", "scripts/pretrain_tower.py",
+                       "scripts/prepare_data.py", "scripts/bench.py", "scripts/retrieve.py",
                        "scripts/experiments/position.py"}
 
 
@@ -257,8 +250,6 @@ def test_the_readme_is_at_most_300_lines():
      "--no-such-flag"),
     ("python scripts/predict.py --image a.png --text 'a [MASK]'", "--ckpt"),
     ("python scripts/experiments/heads.py --epochs two", "--epochs"),
-    ("python scripts/pretrain_tower.py fit --config configs/tower/fractal_small.yaml "
-     "--data.num_clases 10", "num_clases"),
     ("python scripts/no_such_script.py --ckpt CKPT", "no such script"),
     ("make no-such-target", "no-such-target"),
 ])

