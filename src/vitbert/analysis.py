@@ -137,7 +137,8 @@ def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
     """The loader validation used for `split`: the checkpoint's data settings, its tokenizer."""
     _, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     _, tokenizer = load_model(ckpt)
-    rate = data.get("eval_mlm_probability") or data["mlm_probability"]   # validation's, not training's
+    # The rate validation hid, not training's.
+    rate = data.get("eval_mlm_probability") or data["mlm_probability"]
     collator = MLMCollator(tokenizer, mlm_probability=rate,
                            whole_word=data.get("whole_word_masking", False), deterministic=True,
                            seed=data.get("mask_seed", 0), max_length=data["max_length"])
