@@ -152,17 +152,21 @@ def test_the_twin_contrast_leaves_a_batch_another_objective_claimed():
     assert TwinContrast()(net, step) is None
 
 
-def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, monkeypatch):
+def test_fit_without_twin_photos_stops_at_setup_naming_the_setting(tmp_path, monkeypatch, capsys):
+    """A configuration mistake: exit status 2 and one line naming the setting, before a step."""
     monkeypatch.chdir(tmp_path)
     steps = []
     monkeypatch.setattr(MaskedLMModule, "training_step", lambda *args: steps.append(1))
-    with pytest.raises(ValueError, match=r"set --data\.source\.init_args\.twin_photos true"):
+    with pytest.raises(SystemExit) as exited:
         main(["fit", "--trainer.max_steps", "1", *objectives("mlm", "twins"),
               "--data.source.init_args.twin_photos", "false",
               "--data.source.init_args.root", str(tmp_path / "shapes"),
               "--data.source.init_args.num_train", "128",
               "--data.source.init_args.num_val", "64", "--data.source.init_args.num_test", "64",
               "--data.batch_size", "64", "--data.num_workers", "0", *TINY_MODEL])
+    assert exited.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "set --data.source.init_args.twin_photos true" in errors[0]
     assert not steps  # stopped before the first step, not at it
 
 
