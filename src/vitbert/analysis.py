@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError
+from vitbert.data.datamodule import evaluation_mlm_probability
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import CheckpointError, load_model
 from vitbert.lit.binding import binding_scores, swap_maker
@@ -137,8 +138,7 @@ def rebuild_loader(ckpt: str | Path, split: str, root: str | None = None,
     """The loader validation used for `split`: the checkpoint's data settings, its tokenizer."""
     _, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     _, tokenizer = load_model(ckpt)
-    # The rate validation hid, not training's.
-    rate = data.get("eval_mlm_probability") or data["mlm_probability"]
+    rate = evaluation_mlm_probability(data["mlm_probability"], data.get("eval_mlm_probability"))
     collator = MLMCollator(tokenizer, mlm_probability=rate,
                            whole_word=data.get("whole_word_masking", False), deterministic=True,
                            seed=data.get("mask_seed", 0), max_length=data["max_length"])

@@ -37,6 +37,13 @@ from .tokenizer import cached_wordpiece, load_tokenizer
 STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predict": "predict"}
 
 
+def evaluation_mlm_probability(mlm_probability: float,
+                               eval_mlm_probability: float | None = None) -> float:
+    """The fraction validation, test and predict hide: ``eval_mlm_probability`` when set, else
+    training's (one rule for the data module and for a loader rebuilt from a checkpoint)."""
+    return eval_mlm_probability or mlm_probability
+
+
 class CaptionDataModule(L.LightningDataModule):
     """Captioned pictures from a data source, tokenized and masked for masked-language modelling.
 
@@ -127,7 +134,8 @@ class CaptionDataModule(L.LightningDataModule):
         self.vocab_size = vocab_size
         self.min_frequency = min_frequency
         self.mlm_probability = mlm_probability
-        self.eval_mlm_probability = eval_mlm_probability or mlm_probability
+        self.eval_mlm_probability = evaluation_mlm_probability(mlm_probability,
+                                                               eval_mlm_probability)
         self.whole_word_masking = whole_word_masking
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
