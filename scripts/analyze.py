@@ -15,12 +15,11 @@ see ``vitbert.shapes.analysis``.
 ``--binding``: the binding swap tests instead (``vitbert.lit.binding``): every caption of
 ``--num-images`` pictures against copies with what is bound to what changed (on the shapes: the
 colours swapped, the shapes swapped, the relation turned; elsewhere two content words swapped),
-scored by the pseudo-log-likelihood with the photo and without, the matching head, and
-fill-mask; chance is 50%.
+scored by the pseudo-log-likelihood with the photo and without, and by fill-mask; chance is 50%.
 
 ``--retrieval``: image-text retrieval instead (``vitbert.lit.retrieval``): ``--num-images``
-photos against all their captions, R@1/5/10 both ways and rsum by the contrastive score, the top
-``--rerank-k`` re-ranked by the matching head when the model has one; chance is k / photos.
+photos against all their captions, R@1/5/10 both ways and rsum by the contrastive score; chance
+is k / photos.
 
 Mistakes (missing checkpoint, data not found, bad split) exit 2 with one line.
 """
@@ -52,9 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--retrieval", action="store_true",
                         help="image-text retrieval R@k both ways instead (a model trained with "
                              "the contrastive objective; vitbert.lit.retrieval)")
-    parser.add_argument("--rerank-k", type=int, default=16,
-                        help="with --retrieval: each query's shortlist re-ranked by the matching "
-                             "head, when the model has one (default 16; 0: none)")
     parser.add_argument("--num-images", type=int, default=500,
                         help="pictures captioned with --captions, tested with --binding or "
                              "searched with --retrieval, a fixed sample (default 500)")
@@ -91,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 if name.startswith("pairs_"))
         elif args.retrieval:
             summary = analyse_retrieval(args.ckpt, args.split, args.num_images, args.data_root,
-                                        args.cache_dir, args.rerank_k)
+                                        args.cache_dir)
             report = "\n".join(format_retrieval_figures(
                 {f"{args.split}/retrieval_{name}": value for name, value in summary.items()},
                 args.split))

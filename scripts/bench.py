@@ -29,12 +29,6 @@ Sections:
              data's vocabulary and at 8000), per-batch padding vs fixed (--fixed-len, capped at
              max_len), SDPA vs textbook attention, fused vs separate q/k/v, fused vs foreach
              AdamW, 1 vs one-per-core threads, and with --compile torch.compile on the CPU.
-  retrieval  (not run by default; --sections retrieval) all-pairs ITM against ITC + ITM re-rank of
-             the top 16, both ways, on 1,000 shapes test pictures vs their captions: wall time,
-             pairs scored, R@1 of each, "speedup" (all pairs timed for 50 captions and scaled,
-             --retrieval-quick 0 for all); and an estimate for Flickr30k's 1k/5k test at
-             --big-preset's sizes, scaled from a reduced set by the pair counts. Untrained
-             weights unless --retrieval-checkpoint (the timings do not depend on them).
   cache      (not run by default; --sections cache) the frozen CNN's feature cache built from the
              Flickr8k development set's JPEGs (--cache-photos of them): photos/s of the fit's
              path (decode in workers into the image cache, then the CNN channels-last under
@@ -353,72 +347,6 @@ def bench_epoch(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any
                            rounds=args.epoch_rounds, compile=not args.no_epoch_compile)
 
 
-# ------------------------------------------------------------------------------------------------
-# retrieval
-
-
-def add_retrieval_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("retrieval")
-    g.add_argument("--retrieval-photos", type=int, default=1000,
-                   help="shapes test pictures, each against its caption (default 1000)")
-    g.add_argument("--retrieval-quick", type=int, default=50, metavar="N",
-                   help="all-pairs ITM for N captions only, its time scaled by the pair count "
-                        "(an estimate; default 50, about 4 min on a 2-core CPU in all; 0: "
-                        "all 1,000,000 pairs, about 40 min there)")
-    g.add_argument("--retrieval-k", type=int, default=16, help="the shortlist ITM re-scores")
-    g.add_argument("--retrieval-checkpoint", default=None,
-                   help="a trained .ckpt or export with both heads (default: untrained weights)")
-    g.add_argument("--retrieval-big-photos", type=int, default=4,
-                   help="photos of the reduced set at --big-preset's sizes ('' preset: skip)")
-    g.add_argument("--retrieval-big-captions", type=int, default=8)
-
-
-def retrieval_model(config: VitBertConfig, checkpoint: str | None):
-    """(network, matching head, tokenizer or None): trained from ``checkpoint``, else fresh at
-    ``config`` with the contrastive heads on (128 wide when the config has none)."""
-    from vitbert.models import ITMHead, VitBert
-
-    if checkpoint:
-        from vitbert.retriever import Retriever
-
-        found = Retriever.from_checkpoint(checkpoint, device="cpu")
-        if found.itm_head is None:
-            raise SystemExit(f"--retrieval-checkpoint {checkpoint}: no matching head to time")
-        return found.model, found.itm_head, found.tokenizer
-    torch.manual_seed(0)
-    config.itc_dim = config.itc_dim or 128
-    return VitBert(config), ITMHead(config.text.dim), None
-
-
-def bench_retrieval(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
-    from vitbert.bench.retrieval import retrieval_benchmark, scaled_estimate
-    from vitbert.shapes import ShapesSource
-    from vitbert.shapes import data as shapes
-
-    config, _, tokenizer, _ = default_size(args.config)
-    net, head, trained = retrieval_model(VitBertConfig.from_dict(config.to_dict()),
-                                         args.retrieval_checkpoint)
-    tokenizer = trained or tokenizer
-    images, captions = shapes.generate(args.retrieval_photos, net.config.image.image_size,
-                                       ShapesSource().seed, "test")
-    text = tokenizer(captions, padding="longest", truncation=True,
-                     max_length=net.config.text.max_len, return_tensors="pt")
-    out: dict[str, Any] = {"default": retrieval_benchmark(
-        net, head, torch.from_numpy(images), text["input_ids"], text["attention_mask"].bool(),
-        args.retrieval_k, all_pairs_queries=args.retrieval_quick or None)}
-    out["default"]["weights"] = (args.retrieval_checkpoint
-                                 or "untrained (timing only; R@1 is chance)")
-    if args.big_preset:
-        big, batches = big_size(args.big_preset, args.retrieval_big_captions)
-        net, head, _ = retrieval_model(big, None)
-        batch = batches[0]
-        out[args.big_preset] = scaled_estimate(
-            net, head, batch["images"][: args.retrieval_big_photos], batch["input_ids"],
-            batch["attention_mask"].bool(), photos=1000, captions=5000, k=args.retrieval_k)
-        out[args.big_preset]["weights"] = "untrained, random pictures and ids (timing only)"
-    return out
-
-
 def add_cache_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cache")
     g.add_argument("--cache-root", default=str(REPO / ".." / "shared" / "data" / "flickr8k"),
@@ -449,7 +377,6 @@ SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "captions": (add_captions_args, bench_captions),
     "levers": (add_levers_args, bench_levers),
     "epoch": (add_epoch_args, bench_epoch),
-    "retrieval": (add_retrieval_args, bench_retrieval),
     "cache": (add_cache_args, bench_cache),
 }
 DEFAULT_SECTIONS = ["train", "cuda", "data", "inference"]

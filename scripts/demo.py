@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         examples = demo.shapes_examples(fill_mask.image_size)
         if args.examples is not None:
             examples = demo.folder_examples(args.examples) + examples
-        finder = demo.search_for(fill_mask, args.ckpt, examples, args.images)
+        finder = demo.search_for(fill_mask, examples, args.images)
     except demo.DemoInputError as error:
         return fail(str(error))
     captioner_class = demo.captioner_class()  # HOOK: None until vitbert.Captioner exists

@@ -5,9 +5,8 @@
         --text "a dog in the snow" --top-k 5 [--json]
     python scripts/retrieve.py --ckpt export/ --image photo.jpg --captions captions.txt
 
-Photos and sentences are embedded apart by the model's contrastive heads (ITC) and every pair
-scored; when the model has a matching head (ITM) the best 16 are scored again by it, reading the
-sentence with the photo. The first search of a folder embeds its photos and saves them in
+Photos and sentences are embedded apart by the model's contrastive heads and every pair scored by
+its cosine. The first search of a folder embeds its photos and saves them in
 <folder>/.vitbert-index-<model>.safetensors (or --index); later searches read that file and embed
 only photos added or changed since. The model must have been trained with the contrastive heads
 (--model.net.itc_dim and the contrastive objective). Output and the JSON schema: docs/retrieval.md.
@@ -49,9 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     sentences.add_argument("--captions", type=Path, metavar="FILE",
                            help="the sentences to rank, one a line")
     parser.add_argument("--top-k", type=int, default=5, help="results to show (default 5)")
-    parser.add_argument("--rerank", type=int, default=16,
-                        help="how many of the best by the contrastive score the matching head "
-                             "scores again, when the model has one (default 16; 0: never)")
     parser.add_argument("--json", action="store_true",
                         help="print the result as one JSON object (schema: docs/retrieval.md)")
     add_runtime_arguments(parser, threads_help=None)
@@ -77,8 +73,6 @@ def check(args: argparse.Namespace) -> str | None:
         return f"--captions {args.captions}: no such file; pass a text file, one sentence a line"
     if args.top_k < 1:
         return f"--top-k {args.top_k}: ask for at least one result"
-    if args.rerank < 0:
-        return f"--rerank {args.rerank}: 0 (never) or more"
     return None
 
 
@@ -88,18 +82,11 @@ def read_captions(path: Path) -> list[str]:
 
 
 def format_table(result: dict) -> str:
-    """The results, one a line, best first, and which scorer ranked them."""
-    if result["ranked_by"] == "itm":
-        how = (f"ranked by the matching head (ITM logit) among the {result['shortlist']} best "
-               f"of {result['candidates']} by the contrastive score")
-    else:
-        how = f"ranked by the contrastive score (ITC cosine) among {result['candidates']}"
-    lines = [f"{_query(result)} ({how})"]
+    """The results, one a line, best first, with their cosine."""
+    lines = [f"{_query(result)} (ranked by the contrastive score among {result['candidates']})"]
     for found in result["results"]:
         what = found["image"] if "image" in found else found["caption"]
-        itm = f"  itm {found['itm']:7.3f}" if found["itm"] is not None else ""
-        lines.append(f"  {found['rank']:>2}  {found['score']:8.3f}  itc {found['itc']:6.3f}"
-                     f"{itm}  {what}")
+        lines.append(f"  {found['rank']:>2}  {found['score']:6.3f}  {what}")
     return "\n".join(lines)
 
 
@@ -131,7 +118,7 @@ def run(args: argparse.Namespace, captions: list[str] | None) -> int:
     from vitbert.retriever import Retriever
 
     try:
-        retriever = Retriever.from_checkpoint(args.ckpt, device=args.device, rerank=args.rerank)
+        retriever = Retriever.from_checkpoint(args.ckpt, device=args.device)
         if captions is None:
             index = retriever.index(args.images, args.index)
             result = retriever.images_for(args.text, index, top_k=args.top_k)

@@ -31,8 +31,6 @@ DEFAULT_OBJECTIVES = {
               "init_args": {"focus_weight": 2.0, "start": 0.3}},
     "twins": {"class_path": "vitbert.shapes.TwinContrast", "init_args": {"weight": 0.3}},
     "mlm": {"class_path": "vitbert.lit.objectives.MaskedLM"},
-    "itm": {"class_path": "vitbert.lit.contrastive.ImageTextMatching",
-            "init_args": {"weight": 1.0}},
 }
 
 

@@ -41,7 +41,6 @@ from vitbert.lit.evaluation import images_and_references
 from vitbert.lit.negatives import SwapNegatives
 from vitbert.lit.objectives import masked_logits
 from vitbert.lit.retrieval import retrieval_scores, split_for_retrieval
-from vitbert.models import ITMHead
 
 # Colour words: the word class this analysis reports on (the model knows no word list).
 _COLOUR_WORDS = """
@@ -284,7 +283,7 @@ def analyse_binding(ckpt: str | Path, split: str = "test", num_images: int | Non
                     root: str | None = None, cache_dir: str | None = None) -> dict[str, float]:
     """The binding swap tests (:mod:`vitbert.lit.binding`) of a ``.ckpt`` on ``num_images``
     pictures of ``split`` (a fixed sample; None: all), every caption of each, with the negatives
-    of the data the checkpoint was trained on, and its matching head when it has one."""
+    of the data the checkpoint was trained on."""
     source, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     net, tokenizer = load_model(ckpt)
     max_length = int(data["max_length"])
@@ -292,36 +291,22 @@ def analyse_binding(ckpt: str | Path, split: str = "test", num_images: int | Non
         tokenizer, CaptionDataset(source.cache_dir, "train").captions), max_length)
     _, firsts, captions = images_and_references(dataset, num_images)
     images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
-    return binding_scores(net, tokenizer, images, captions, make, _itm_head(ckpt, net),
-                          max_length)
+    return binding_scores(net, tokenizer, images, captions, make, max_length)
 
 
 @torch.no_grad()
 def analyse_retrieval(ckpt: str | Path, split: str = "test", num_images: int | None = None,
-                      root: str | None = None, cache_dir: str | None = None,
-                      rerank_k: int = 16) -> dict[str, float]:
+                      root: str | None = None, cache_dir: str | None = None
+                      ) -> dict[str, float]:
     """Image-text retrieval (:mod:`vitbert.lit.retrieval`) of a ``.ckpt`` on ``num_images``
-    photos of ``split`` (a fixed sample; None: all) against all their captions: the contrastive
-    score over every pair, the top ``rerank_k`` re-ranked by the matching head when it has one."""
+    photos of ``split`` (a fixed sample; None: all) against all their captions, every pair by
+    the contrastive score."""
     net, tokenizer = load_model(ckpt)
     if not net.has_itc:
         raise CheckpointError(f"{ckpt}: this model has no contrastive heads, which retrieval "
                               f"ranks by; train one with the contrastive objective")
     _, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    head = _itm_head(ckpt, net)
     split_data = split_for_retrieval(dataset, tokenizer, int(data["max_length"]), num_images)
-    return retrieval_scores(net.to(device), split_data,
-                            head.to(device) if head is not None else None, rerank_k)
+    return retrieval_scores(net.to(device), split_data)
 
-
-def _itm_head(ckpt: str | Path, net) -> ITMHead | None:
-    """The checkpoint's image-text matching head, or None when it was trained without one."""
-    weights = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    prefix = "itm_head."  # as the module keeps it (ImageTextMatching's head)
-    state = {key[len(prefix):]: value for key, value in weights.items() if key.startswith(prefix)}
-    if not state:
-        return None
-    head = ITMHead(net.config.text.dim)
-    head.load_state_dict(state)
-    return head.eval()

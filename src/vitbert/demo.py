@@ -296,19 +296,18 @@ class Search:
     note: str = ""
 
 
-def search_for(fill_mask: FillMask, ckpt, examples: list[Example], folder=None) -> Search:
+def search_for(fill_mask: FillMask, examples: list[Example], folder=None) -> Search:
     """The page's search over ``folder`` (its index file reused or written) or, without one, the
     example pictures, with the network ``fill_mask`` already holds (loaded once for the page).
     A model without contrastive heads gets a note instead; a folder that cannot be searched
     raises :class:`DemoInputError` (the script exits 2 with it)."""
     from vitbert.photo_index import FolderError
-    from vitbert.retriever import ITC_FIX, Retriever, itm_head_of
+    from vitbert.retriever import ITC_FIX, Retriever
 
     if not fill_mask.model.has_itc:
         return Search(None, None, "", "This model has no contrastive heads (its net.itc_dim is "
                       f"0), so it cannot search photos by sentence: {ITC_FIX}.")
-    retriever = Retriever(fill_mask.model, fill_mask.tokenizer,
-                          itm_head_of(ckpt, fill_mask.model.config.text.dim), fill_mask.device)
+    retriever = Retriever(fill_mask.model, fill_mask.tokenizer, fill_mask.device)
     if folder is None:
         index = retriever.index_images([ex.image for ex in examples],
                                        [ex.label for ex in examples])
@@ -345,18 +344,11 @@ def search(found: Search, text: str | None, top_k=SEARCH_RESULTS
     except Exception as error:  # the page's boundary: report, log, keep serving
         log.exception("search failed")
         return f"**Something went wrong:** {type(error).__name__}: {error}", "", None
-    status = (f"Searched {found.where} in {time.perf_counter() - start:.2f} s: "
-              f"{_ranked_by(result)}.")
+    status = (f"Searched {found.where} in {time.perf_counter() - start:.2f} s: ranked by the "
+              f"contrastive score.")
     if result["warning"]:
         status += f" ⚠ {result['warning']}"
     return status, found_html(result), gallery
-
-
-def _ranked_by(result: dict) -> str:
-    if result["ranked_by"] == "itm":
-        return (f"ranked by the matching head among the {result['shortlist']} best by the "
-                "contrastive score")
-    return "ranked by the contrastive score"
 
 
 def found_html(result: dict) -> str:

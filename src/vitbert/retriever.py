@@ -2,20 +2,17 @@
 
     r = Retriever.from_checkpoint("runs/latest/checkpoints/last.ckpt")   # or an exported folder
     r.images_for("a dog in the snow", "my_photos/", top_k=5)
-    # {"ranked_by": "itm", "results": [{"rank": 1, "image": "dog.jpg", "score": 3.2, ...}], ...}
+    # {"results": [{"rank": 1, "image": "dog.jpg", "score": 0.41, ...}], ...}
     r.captions_for("photo.jpg", ["a dog in the snow", "two men play chess"], top_k=1)
 
-How it ranks (ALBEF, BLIP): every photo and every caption is embedded apart by the network's
-contrastive heads (``VitBert.embed_images`` / ``embed_texts``; ITC), so scoring all pairs is one
-matrix product. When the model was trained with the image-text matching head too (ITM; stored
-beside the network as ``itm_head``), the ``rerank`` best pairs by ITC (16 by default, at least
-``top_k``) are scored again by it: the joint encoder reads the caption *with* the photo, far
-better at telling near misses apart, and far too slow to run on every pair. Each result says
-which scorer ranked it (``ranked_by``). A folder's photo embeddings are kept in an index file
-(:mod:`vitbert.photo_index`), so a second search of the same folder runs no image tower.
+How it ranks (CLIP, ALBEF's ITC): every photo and every caption is embedded apart by the
+network's contrastive heads (``VitBert.embed_images`` / ``embed_texts``), so scoring all pairs is
+one matrix product, and a result's ``score`` is its cosine. A folder's photo embeddings are kept
+in an index file (:mod:`vitbert.photo_index`), so a second search of the same folder runs no
+image tower.
 
 The result shapes are documented in docs/retrieval.md. Shapes follow the project legend: P photos,
-C captions, E the contrastive width, K the shortlist, T word pieces, D the text width.
+C captions, E the contrastive width, T word pieces.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from vitbert.io import CheckpointError, StoredModel, model_of, read_checkpoint
-from vitbert.models import ITMHead
+from vitbert.io import CheckpointError, load_model
 from vitbert.photo_index import FolderError, PhotoIndex, build_index, model_identity
 from vitbert.predict import (
     ImageLike,
@@ -39,7 +35,6 @@ from vitbert.predict import (
     unknown_words_warning,
 )
 
-DEFAULT_RERANK = 16  # the shortlist the matching head re-scores (ALBEF's k for Flickr30k: 128)
 ITC_FIX = ("train it with the contrastive heads on: --model.net.itc_dim 128 and the objective "
            "vitbert.lit.contrastive.Contrastive in model.objectives")
 
@@ -49,14 +44,10 @@ class NoContrastiveHeadsError(PredictError):
 
 
 class Retriever:
-    """Photos for a sentence and sentences for a photo, from a model on ``device`` in eval mode.
+    """Photos for a sentence and sentences for a photo, from a model on ``device`` in eval
+    mode."""
 
-    ``itm_head``: the matching head trained beside the network, or None (rank by ITC alone).
-    ``rerank``: how many of the best pairs by ITC the matching head re-scores (0: never).
-    """
-
-    def __init__(self, model, tokenizer, itm_head: ITMHead | None = None,
-                 device: str | torch.device | None = None, rerank: int = DEFAULT_RERANK,
+    def __init__(self, model, tokenizer, device: str | torch.device | None = None,
                  batch_size: int = 32) -> None:
         if not model.has_itc:
             raise NoContrastiveHeadsError(
@@ -65,32 +56,24 @@ class Retriever:
         self.device = torch.device(device) if device is not None else default_device()
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.itm_head = itm_head.to(self.device).eval() if itm_head is not None else None
-        self.rerank = rerank
         self.batch_size = batch_size
         self.image_size: int = model.config.image.image_size
         self.max_len: int = model.config.text.max_len
         self._identity: str | None = None
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str | torch.device | None = None,
-                        rerank: int = DEFAULT_RERANK) -> Retriever:
-        """From a Lightning ``.ckpt`` or an exported folder, with its matching head when it has
-        one. Raises ``CheckpointError`` for anything that is not a vitbert checkpoint and
-        :class:`NoContrastiveHeadsError` for a model trained without the contrastive heads."""
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device | None = None
+                        ) -> Retriever:
+        """From a Lightning ``.ckpt`` or an exported folder. Raises ``CheckpointError`` for
+        anything that is not a vitbert checkpoint and :class:`NoContrastiveHeadsError` for a
+        model trained without the contrastive heads."""
         device = torch.device(device) if device is not None else default_device()
-        stored = read_checkpoint(path)  # once: the network and the matching head
-        model, tokenizer = model_of(stored, path, map_location=device)
+        model, tokenizer = load_model(path, map_location=device)
         if not model.has_itc:
             raise NoContrastiveHeadsError(
                 f"{path}: this model has no contrastive heads (net.itc_dim 0), so it cannot "
                 f"search photos by sentence or sentences by photo; {ITC_FIX}")
-        return cls(model, tokenizer, itm_head_of(stored, model.config.text.dim), device, rerank)
-
-    @property
-    def ranked_by(self) -> str:
-        """``"itm"`` when the matching head re-ranks the ITC shortlist, else ``"itc"``."""
-        return "itm" if self.itm_head is not None and self.rerank > 0 else "itc"
+        return cls(model, tokenizer, device)
 
     @property
     def identity(self) -> str:
@@ -126,17 +109,14 @@ class Retriever:
         index = (folder_or_index if isinstance(folder_or_index, PhotoIndex)
                  else self.index(folder_or_index))
         query = self.embed_texts([text])  # (1, E)
-        itc = (index.embeddings.to(self.device) @ query[0]).cpu()  # (P,)
-        order, itm = self._rank(itc, top_k, lambda rows: self._itm_logits(
-            [text] * len(rows), index.pixels(rows, self.image_size)))
+        scores = (index.embeddings.to(self.device) @ query[0]).cpu()  # (P,)
         unknown = unknown_words(self.tokenizer, text)
         return {
             "query": {"text": text},
-            **self._how(len(index)),
+            "candidates": len(index),
             "results": [{"rank": rank, "image": index.names[row],
                          "path": str(index.folder / index.names[row]) if index.folder else None,
-                         **_scores(itc[row], itm.get(row))}
-                        for rank, row in enumerate(order, start=1)],
+                         "score": score} for rank, row, score in _best(scores, top_k)],
             "unknown_words": unknown,
             "warning": unknown_words_warning(unknown),
             "skipped": [{"image": name, "reason": reason} for name, reason in index.skipped],
@@ -153,15 +133,12 @@ class Retriever:
             raise PredictError("no captions to rank: pass at least one sentence")
         pixels = load_image(image, self.image_size)[None]  # (1, 3, S, S)
         photo = self.embed_images(pixels)[0]  # (E,)
-        itc = (self.embed_texts(captions) @ photo).cpu()  # (C,)
-        order, itm = self._rank(itc, top_k, lambda rows: self._itm_logits(
-            [captions[r] for r in rows], pixels.expand(len(rows), -1, -1, -1)))
+        scores = (self.embed_texts(captions) @ photo).cpu()  # (C,)
         return {
             "query": {"image": str(image) if isinstance(image, (str, Path)) else None},
-            **self._how(len(captions)),
-            "results": [{"rank": rank, "caption": captions[row], "index": row,
-                         **_scores(itc[row], itm.get(row))}
-                        for rank, row in enumerate(order, start=1)],
+            "candidates": len(captions),
+            "results": [{"rank": rank, "caption": captions[row], "index": row, "score": score}
+                        for rank, row, score in _best(scores, top_k)],
         }
 
     # ------------------------------------------------------------------------------------------
@@ -182,38 +159,6 @@ class Retriever:
             vectors.append(self.model.embed_texts(ids, keep).float())
         return torch.cat(vectors)
 
-    @torch.inference_mode()
-    def _itm_logits(self, texts: Sequence[str], pixels: Tensor) -> Tensor:
-        """The matching head's logit for each (text, photo) pair (K,), as training scores a pair
-        (:func:`vitbert.lit.contrastive.itm_loss`): the caption read with the photo's tokens, the
-        head on its [CLS] row."""
-        logits = []
-        for start in range(0, len(texts), self.batch_size):
-            ids, keep = self._tokens(texts[start:start + self.batch_size])  # (b, T)
-            images = pixels[start:start + self.batch_size].to(self.device)  # (b, 3, S, S)
-            hidden, _ = self.model.encode(ids, keep, self.model.photos(images))  # (b, T, D)
-            logits.append(self.itm_head(hidden[:, 0]).float().cpu())  # (b,)
-        return torch.cat(logits)
-
-    def _rank(self, itc: Tensor, top_k: int, itm_of) -> tuple[list[int], dict[int, float]]:
-        """The rows to return, best first, and the matching head's logit of each re-scored row.
-
-        By ITC alone when there is no matching head; else the best max(rerank, top_k) by ITC
-        are re-scored by ``itm_of(rows)`` (K,) and ordered by it: every row returned was ranked
-        by the same scorer.
-        """
-        if self.ranked_by == "itc":
-            return itc.topk(min(top_k, len(itc))).indices.tolist(), {}
-        shortlist = itc.topk(min(max(self.rerank, top_k), len(itc))).indices.tolist()  # (K,)
-        logits = itm_of(shortlist)  # (K,)
-        best = logits.argsort(descending=True, stable=True)[:top_k].tolist()
-        return [shortlist[i] for i in best], dict(zip(shortlist, logits.tolist(), strict=True))
-
-    def _how(self, candidates: int) -> dict[str, Any]:
-        """The ``ranked_by`` / ``shortlist`` / ``candidates`` keys of every result."""
-        shortlist = min(self.rerank, candidates) if self.ranked_by == "itm" else None
-        return {"ranked_by": self.ranked_by, "shortlist": shortlist, "candidates": candidates}
-
     def _tokens(self, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
         """input_ids and attention_mask (B, T), padded to the longest, cut at the model's
         max_len as its training captions were."""
@@ -222,27 +167,11 @@ class Retriever:
         return batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
 
 
-def itm_head_of(source: str | Path | StoredModel, dim: int) -> ITMHead | None:
-    """The matching head stored beside the network in ``source`` (a ``.ckpt``, an exported
-    folder, or one already read: :attr:`vitbert.io.StoredModel.heads`), or None when it was
-    trained without one."""
-    stored = source if isinstance(source, StoredModel) else read_checkpoint(source)
-    prefix = "itm_head."
-    state = {name[len(prefix):]: tensor for name, tensor in stored.heads.items()
-             if name.startswith(prefix)}
-    if not state:
-        return None
-    head = ITMHead(dim)
-    head.load_state_dict(state)
-    return head.eval()
-
-
-def _scores(itc: Tensor, itm: float | None) -> dict[str, float | None]:
-    """A result's ``score`` (what ranked it: the ITM logit when re-scored, else the cosine),
-    ``itc`` and ``itm``."""
-    cosine = round(float(itc), 4)
-    logit = None if itm is None else round(itm, 4)
-    return {"score": cosine if logit is None else logit, "itc": cosine, "itm": logit}
+def _best(scores: Tensor, top_k: int) -> list[tuple[int, int, float]]:
+    """(rank from 1, row, cosine rounded to 4 places) of the ``top_k`` best of ``scores``."""
+    values, rows = scores.topk(min(top_k, len(scores)))
+    return [(rank, int(row), round(float(value), 4))
+            for rank, (value, row) in enumerate(zip(values, rows, strict=True), start=1)]
 
 
 def _check_top_k(top_k: int) -> int:
@@ -258,5 +187,4 @@ def _one_line(text: str, what: str) -> str:
     return text
 
 
-__all__ = ["DEFAULT_RERANK", "CheckpointError", "FolderError", "NoContrastiveHeadsError",
-           "PhotoIndex", "Retriever", "itm_head_of"]
+__all__ = ["CheckpointError", "FolderError", "NoContrastiveHeadsError", "PhotoIndex", "Retriever"]

@@ -100,12 +100,12 @@ COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
 
 @pytest.fixture(scope="module")
 def itc_export(trained, tmp_path_factory):
-    """The session's model with contrastive heads and a matching head added (fresh weights: the
-    tests compare the page with the Retriever, not with a truth), exported."""
+    """The session's model with contrastive heads added (fresh weights: the tests compare the
+    page with the Retriever, not with a truth), exported."""
     import torch
 
     from vitbert.io import TOKENIZER_FILE, load_model, write_exported
-    from vitbert.models import ITMHead, VitBert
+    from vitbert.models import VitBert
 
     model, _ = load_model(trained.exported)
     config = model.config
@@ -113,10 +113,9 @@ def itc_export(trained, tmp_path_factory):
     torch.manual_seed(1)
     net = VitBert(config)
     net.load_state_dict(model.state_dict(), strict=False)  # all but the new heads
-    head = {f"itm_head.{k}": v for k, v in ITMHead(config.text.dim).state_dict().items()}
     folder = tmp_path_factory.mktemp("itc") / "exported"
     tokenizer = (trained.exported / TOKENIZER_FILE).read_text()
-    return write_exported(net, folder, tokenizer, head)
+    return write_exported(net, folder, tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import shutil
 import pytest
 
 
-def test_a_model_without_contrastive_heads_gets_the_note(demo_fill_mask, trained):
+def test_a_model_without_contrastive_heads_gets_the_note(demo_fill_mask):
     from vitbert import demo
 
-    finder = demo.search_for(demo_fill_mask, trained.ckpt, demo.shapes_examples(32))
+    finder = demo.search_for(demo_fill_mask, demo.shapes_examples(32))
     assert finder.retriever is None and "--model.net.itc_dim 128 and the objective" in finder.note
     status, found, gallery = demo.search(finder, "a red circle")
     assert status.startswith("**Cannot search:** This model has no contrastive heads")
@@ -27,14 +27,14 @@ def test_search_over_the_examples_and_a_folder_matches_the_retriever(itc_export,
 
     fill_mask = FillMask.from_checkpoint(itc_export, device="cpu")
     examples = demo.shapes_examples(32)
-    finder = demo.search_for(fill_mask, itc_export, examples)
+    finder = demo.search_for(fill_mask, examples)
     assert finder.where == f"the {len(examples)} example pictures"
     status, found, gallery = demo.search(finder, "a small red circle", top_k=3)
     assert status.startswith(f"Searched the {len(examples)} example pictures in ")
-    assert "matching head" in status and found.count('class="vb-found"') == 3
+    assert "contrastive score" in status and found.count('class="vb-found"') == 3
     assert gallery[0][0].shape == (32, 32, 3)
 
-    finder = demo.search_for(fill_mask, itc_export, examples, photo_folder)
+    finder = demo.search_for(fill_mask, examples, photo_folder)
     assert "--images: skipped broken.jpg: cannot identify image file" in capsys.readouterr().err
     _, found, gallery = demo.search(finder, "a green picture")
     want = Retriever.from_checkpoint(itc_export, device="cpu").images_for(

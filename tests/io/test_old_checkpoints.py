@@ -35,7 +35,9 @@ def test_its_levers_are_read_as_the_shapes_extension(source):
     assert levers.places and levers.lookup_place
     assert any(key.startswith("reader.lookup.") for key in stored.state_dict)
     assert any(key.startswith("reader.sharing.") for key in stored.state_dict)
-    assert set(stored.heads) >= {"word_head.classifier.weight", "itm_head.pooler.weight"}
+    assert set(stored.heads) == {"word_head.classifier.weight", "word_head.classifier.bias"}
+    # Its image-text matching head, an objective removed since, is left out and named.
+    assert "itm_head.pooler.weight" in stored.ignored
 
 
 @pytest.mark.parametrize("source", [CKPT, EXPORTED], ids=["ckpt", "exported"])
@@ -56,17 +58,17 @@ def test_the_captioner_writes_what_it_wrote():
     assert caption == EXPECTED["caption"]
 
 
-def test_the_retriever_ranks_with_its_matching_head_as_before():
-    retriever = Retriever.from_checkpoint(CKPT)
+@pytest.mark.parametrize("source", [CKPT, EXPORTED], ids=["ckpt", "exported"])
+def test_the_retriever_ranks_by_the_contrastive_scores_it_gave(source):
+    """That version re-ranked by its matching head and reported each caption's contrastive
+    cosine too (``itc``); this one ranks by those cosines, and computes the same."""
+    retriever = Retriever.from_checkpoint(source)
     found = retriever.captions_for(red_over_blue(32, 32), EXPECTED["retrieval"]["captions"],
                                    top_k=2)
-    expected = EXPECTED["retrieval"]["ranked"]
-    assert found["ranked_by"] == expected["ranked_by"] == "itm"
-    assert ([r["index"] for r in found["results"]]
-            == [r["index"] for r in expected["results"]])
-    for ours, theirs in zip(found["results"], expected["results"], strict=True):
-        assert ours["itc"] == pytest.approx(theirs["itc"], abs=1e-4)
-        assert ours["itm"] == pytest.approx(theirs["itm"], abs=1e-4)
+    expected = sorted(EXPECTED["retrieval"]["ranked"]["results"], key=lambda r: -r["itc"])
+    assert [r["index"] for r in found["results"]] == [r["index"] for r in expected]
+    for ours, theirs in zip(found["results"], expected, strict=True):
+        assert ours["score"] == pytest.approx(theirs["itc"], abs=1e-4)
 
 
 def _fit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -81,21 +83,24 @@ def _fit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_new_run_starts_from_its_weights_and_heads(tmp_path):
-    # The fixture's own sizes, today's flags: the network and both heads carry over.
+    # The fixture's own sizes, today's flags: the network and the word head carry over; the
+    # matching head of a removed objective is named as not used, with why.
     sizes = ["--model.net.image.dim", "16", "--model.net.image.depth", "1",
              "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "4",
              "--model.net.text.dim", "16", "--model.net.text.depth", "1",
              "--model.net.text.num_heads", "2", "--model.net.extension.init_args.hue_dim", "8",
              "--model.net.extension.init_args.lookup_heads", "2", "--model.net.itc_dim", "128"]
-    itm = json.dumps({"class_path": "vitbert.lit.contrastive.ImageTextMatching"})
-    done = _fit(tmp_path, *sizes, "--model.init_from", str(CKPT), f"--model.objectives+={itm}")
+    done = _fit(tmp_path, *sizes, "--model.init_from", str(CKPT))
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout[done.stdout.index("Fine-tuning from"):].splitlines()
     report = [lines[0], *(line for line in lines[1:] if line.startswith("  "))]
-    assert "reader 12" in report[0] and "itm_head 4" in report[0], report  # lookup, sharing
+    assert "reader 12" in report[0] and "word_head" not in report[0], report  # lookup, sharing
     resized = next(line for line in report if line.lstrip().startswith("resized"))
     assert "word_head.classifier.weight" in resized  # its rows, matched by token (new captions)
-    assert not any("left as initialised" in line or "not used" in line for line in report), report
+    not_used = [line for line in report if "not used" in line]
+    assert len(not_used) == 1 and "not used (4): itm_head." in not_used[0], report
+    assert "that objective was removed" in not_used[0]
+    assert not any("left as initialised" in line for line in report), report
 
 
 def test_resuming_its_run_stops_with_one_line_naming_init_from(tmp_path):

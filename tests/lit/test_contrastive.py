@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from colours import MASK, colour_batch, tiny_config
 from steps import training_step
-from test_itm import MASK, colour_batch, tiny_config
 
 from vitbert.lit.contrastive import Contrastive, contrastive_loss, distinct_photos
 from vitbert.lit.module import MaskedLMModule

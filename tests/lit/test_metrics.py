@@ -72,6 +72,6 @@ def test_the_binding_table_has_a_row_per_score_and_a_column_per_kind():
     assert lines[at].split()[-3:] == ["colour", "shape", "all"]
     assert lines[at + 1].split()[-3:] == ["90.0%", "60.0%", "75.0%"]
     assert lines[at + 2].split()[-3:] == ["50.0%", "50.0%", "50.0%"]
-    assert lines[at + 3].split()[-3:] == ["100.0%", "-", "100.0%"]  # no matching head: no row
+    assert lines[at + 3].split()[-3:] == ["100.0%", "-", "100.0%"]
     assert "fill-mask" in lines[at + 3]
     assert "binding" not in format_figures({"test/top1": 0.5}, "test")

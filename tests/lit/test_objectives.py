@@ -7,11 +7,11 @@ import io
 import pytest
 import torch
 import torch.nn.functional as F
+from colours import colour_batch, tiny_config
 from steps import training_step
-from test_itm import colour_batch, tiny_config
 
 from vitbert.data.features import IMAGE_INDEX
-from vitbert.lit.contrastive import Contrastive, ImageTextMatching
+from vitbert.lit.contrastive import Contrastive
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import (
     IGNORE_INDEX,
@@ -67,7 +67,7 @@ def test_targets_are_caption_pieces_and_inputs_are_masks():
 
 
 def content_batch() -> dict[str, torch.Tensor]:
-    """colour_batch (test_itm) with its colour word marked content: photo p's captions use word
+    """colour_batch (colours.py) with its colour word marked content: photo p's captions use word
     10 + p and no other content word."""
     batch = colour_batch(captions_per_photo=2, each_photo_once=True)
     content = torch.zeros_like(batch["attention_mask"])
@@ -190,9 +190,7 @@ def test_the_saved_objectives_are_plain_and_rebuild_the_same_list():
     loads with weights_only=True); a module built from the hparams, as a checkpoint load builds
     it, has the same objectives, in order, with the same settings."""
     module = module_of(MaskedLM(weight=0.5), CaptionWriting(probability=0.2, weight=2.0),
-                       WordDetection(weight=3.0),
-                       ImageTextMatching(weight=0.25, swap_negatives=True),
-                       Contrastive(weight=0.1), itc_dim=8)
+                       WordDetection(weight=3.0), Contrastive(weight=0.1), itc_dim=8)
     saved = module.hparams["objectives"]
     assert _plain(saved) and all(set(o) == {"class_path", "init_args"} for o in saved)
     assert saved[1] == {"class_path": "vitbert.lit.objectives.CaptionWriting",
@@ -206,7 +204,7 @@ def test_the_saved_objectives_are_plain_and_rebuild_the_same_list():
     assert [o.settings() for o in rebuilt.objectives] == [o.settings() for o in
                                                           module.objectives]
     assert rebuilt.hparams["objectives"] == saved
-    assert rebuilt.heads.keys() == module.heads.keys() == {"word_head", "itm_head"}
+    assert rebuilt.heads.keys() == module.heads.keys() == {"word_head"}
     rebuilt.load_state_dict(module.state_dict(), strict=True)  # the same weights, heads included
 
 
@@ -215,3 +213,30 @@ def test_contrastive_refuses_a_net_without_its_heads_in_one_line():
         module_of(MaskedLM(), Contrastive())
     message = str(refused.value)
     assert "\n" not in message and "--model.net.itc_dim" in message
+
+
+def test_the_loss_is_the_drawn_objectives_bit_for_bit():
+    """MaskedLM and CaptionWriting(0.5): the step's loss is the one its draw chose, computed
+    here apart, and it draws no more random numbers than that choice and the re-masking."""
+    torch.manual_seed(0)
+    module = MaskedLMModule(net=tiny_config(), vocab_size=30,
+                            objectives=[MaskedLM(), CaptionWriting(probability=0.5)])
+    net = module.net
+    batch = colour_batch()
+    drawn = set()
+    for seed in range(4):  # with the generation objective drawn or not
+        torch.manual_seed(seed)
+        writes = bool(torch.rand(()) < 0.5)
+        tower = net.tower_tokens(batch["images"])
+        if writes:
+            expected = masked_lm_loss(net, seq2seq_batch(batch, MASK), tower, mode="seq2seq")
+        else:
+            expected = masked_lm_loss(net, batch, tower)
+        after_expected = torch.get_rng_state()
+        torch.manual_seed(seed)
+        loss, parts = training_step(module, batch, MASK)
+        assert torch.equal(loss, expected)
+        assert list(parts) == (["train/generation_loss"] if writes else ["train/loss"])
+        assert torch.equal(torch.get_rng_state(), after_expected), "no extra random numbers"
+        drawn.add(writes)
+    assert drawn == {False, True}, "both objectives met: the test means something"

@@ -1,25 +1,23 @@
 """Retrieval R@k: against a hand count on a planted matrix with five captions per photo, the
-matching head's re-ranking of the shortlist, the embeddings computed once, and the callback on a
-tiny run."""
+embeddings computed once, and the callback on a tiny run."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from colours import colour_batch, tiny_config
 from helpers import TINY_MODEL, load_script, objectives
-from test_itm import colour_batch, tiny_config
 from tiny_run import tiny_shapes
 
 from vitbert.lit.retrieval import (
     RetrievalSplit,
     image_to_text_recall,
     recall_at_k,
-    rerank,
     retrieval_scores,
     text_to_image_recall,
 )
 from vitbert.lit.summary import format_retrieval_figures
-from vitbert.models import ITMHead, VitBert
+from vitbert.models import VitBert
 
 # Three photos, five captions each (15 captions); the scores are planted so that every count
 # below can be done by hand.
@@ -85,30 +83,11 @@ def test_rsum_and_both_directions_from_one_matrix():
     assert figures["rsum"] == pytest.approx(100 * (12 / 15 + 1 + 1 + 1 / 3 + 1 + 1))
 
 
-def test_rerank_reorders_the_shortlist_and_keeps_the_rest_below():
-    scores = torch.tensor([[0.9, 0.8, 0.7, 0.1, 0.0]])  # one query, five candidates
-    calls = []
-
-    def head(queries, candidates):
-        calls.append(candidates.tolist())
-        return torch.tensor([-5.0, 2.0, 9.0])  # the head prefers candidate 2, then 1, then 0
-
-    out = rerank(scores, 3, head)
-    assert calls == [[0, 1, 2]], "only the shortlist is scored"
-    assert out[0].argsort(descending=True).tolist() == [2, 1, 0, 3, 4]
-
-
-def test_rerank_by_a_head_that_knows_the_answer_fixes_the_ranking():
-    scores = planted()
-    fixed = rerank(scores, 3, lambda c, i: (CAPTION_IMAGE[c] == i).float())
-    assert text_to_image_recall(fixed, CAPTION_IMAGE, ks=(1,)) == {1: 1.0}
-
-
-def test_retrieval_scores_embed_each_photo_and_caption_once_and_rerank_with_the_head():
+def test_retrieval_scores_embed_each_photo_and_caption_once():
     torch.manual_seed(0)
     config = tiny_config()
     config.itc_dim = 8
-    net, head = VitBert(config), ITMHead(32)
+    net = VitBert(config)
     batch = colour_batch(captions_per_photo=2)
     images, caption_image = batch["images"][::2], torch.arange(4).repeat_interleave(2)
     ids, keep = batch["input_ids"], batch["attention_mask"]
@@ -117,14 +96,10 @@ def test_retrieval_scores_embed_each_photo_and_caption_once_and_rerank_with_the_
     split = RetrievalSplit(images, ids, keep, caption_image)
     itc = retrieval_scores(net, split, batch_size=3)
     assert sum(tower_calls) == 4, "each photo through the tower once"
-    assert itc["images"] == 4 and itc["captions"] == 8 and "rsum_itc" not in itc
+    assert itc["images"] == 4 and itc["captions"] == 8
     expected = recall_at_k(net.embed_texts(ids, keep) @ net.embed_images(images).T,
                            caption_image)
     assert {k: itc[k] for k in expected} == pytest.approx(expected)
-    tower_calls.clear()
-    both = retrieval_scores(net, split, head, rerank_k=2)
-    assert sum(tower_calls) == 4, "re-ranking reuses the tower's output"
-    assert {k[:-4]: v for k, v in both.items() if k.endswith("_itc")} == pytest.approx(expected)
     assert net.training, "left in the mode it was in"
 
 
@@ -134,7 +109,7 @@ def test_the_table_rows():
         "test/retrieval_images": 3.0, "test/retrieval_captions": 15.0}
     lines = format_retrieval_figures(figures, "test")
     assert "3 photos, 15 captions" in lines[0]
-    assert "text → image, contrastive" in lines[1] and "80.0%" in lines[1]
+    assert "text → image" in lines[1] and "80.0%" in lines[1]
     assert "513.3" not in lines[1] and lines[2].endswith("513.3"), "rsum once, both ways'"
     assert "chance" in lines[-1] and "33.3%" in lines[-1]
     assert format_retrieval_figures({"test/top1": 0.5}, "test") == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import DEFAULT_OBJECTIVES, NO_LEVERS, TINY_MODEL, objectives
+from helpers import NO_LEVERS, TINY_MODEL, objectives
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
@@ -117,11 +117,10 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
     tmp, _ = trained
     monkeypatch.chdir(tmp_path)
     last = tmp / "run" / "checkpoints" / "last.ckpt"
-    with_itm = objectives("itc", "words", "captions", "focus", "twins", "itm")
+    without_twins = objectives("itc", "words", "captions", "focus")
     with pytest.warns(UserWarning, match="resuming") as caught:
         cli = fit(tmp, "--ckpt_path", str(last), "--model.freeze_image_tower_steps", "5",
-                  *with_itm, steps=16, run="resumed")
-    assert "itm_head" not in cli.model.heads and not hasattr(cli.model, "itm_head")
+                  *without_twins, steps=16, run="resumed")
     assert cli.model.hparams.freeze_image_tower_steps == 0
     assert [o["class_path"] for o in cli.model.hparams.objectives] == [
         "vitbert.lit.contrastive.Contrastive", "vitbert.lit.objectives.WordDetection",
@@ -129,7 +128,7 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
         "vitbert.shapes.twins.TwinContrast"]
     (message,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
     assert "model.freeze_image_tower_steps 5 (the checkpoint's: 0)" in message
-    assert "model.objectives" in message and "ImageTextMatching" in message
+    assert "model.objectives" in message
     assert "--model.init_from" in message
     assert "vocab_size" not in message  # filled in from the data on every run, not a choice
     # The same command as the run's: nothing to say (the config names the shapes classes by
@@ -163,36 +162,6 @@ def test_init_from_across_a_changed_vocabulary(trained, tmp_path, monkeypatch):
     assert net.mlm_head.decoder.weight is net.text.embeddings.word.weight
     for name in ("text.encoder.blocks.0.attn.qkv.weight", "image_tower.encoder.norm.weight"):
         torch.testing.assert_close(net.state_dict()[name], source.state_dict[name])
-
-
-def test_itm_trains_logs_and_checkpoints_load_either_way(trained, tmp_path, monkeypatch, capsys):
-    """ImageTextMatching in model.objectives: the matching loss is logged and its accuracy
-    validated; a checkpoint trained without the head loads into a module with it, and one with
-    the head loads anywhere (vitbert.io reads the net alone: the head is the objective's, not the
-    model's)."""
-    from vitbert.lit.module import MaskedLMModule
-
-    tmp, _ = trained
-    monkeypatch.chdir(tmp_path)
-    cli = fit(tmp, *objectives("itc", "words", "captions", "focus", "twins", "itm"), steps=8,
-              run="itm")
-    assert "train/itm_loss" in cli.trainer.callback_metrics
-    assert 0 <= validation_figures(cli)["val/itm_accuracy"] <= 1
-    assert "image-text matching: " in capsys.readouterr().out
-    ckpt = tmp / "itm" / "checkpoints" / "last.ckpt"
-    restored = MaskedLMModule.load_from_checkpoint(ckpt, weights_only=True)
-    torch.testing.assert_close(restored.itm_head.pooler.weight, cli.model.itm_head.pooler.weight)
-    model, _ = load_model(ckpt)
-    torch.testing.assert_close(model.text.embeddings.word.weight,
-                               cli.model.net.text.embeddings.word.weight)
-    without_head = tmp / "run" / "checkpoints" / "last.ckpt"
-    stored = torch.load(without_head, weights_only=True)["hyper_parameters"]["objectives"]
-    added = MaskedLMModule.load_from_checkpoint(
-        without_head, weights_only=True, objectives=[*stored, DEFAULT_OBJECTIVES["itm"]])
-    assert added.itm_head is not None and added.heads["itm_head"] is added.itm_head
-    assert added.hparams.objectives[-1] == {
-        "class_path": "vitbert.lit.contrastive.ImageTextMatching",
-        "init_args": {"weight": 1.0, "swap_negatives": False}}
 
 
 def test_the_default_trains_word_detection_and_its_checkpoints_load_anywhere(trained):

@@ -1,8 +1,8 @@
 """Models that can search, trained once per session, and folders of photos to search.
 
-``searcher``: one step of ``scripts/train.py fit`` with the contrastive heads and the matching
-head on (``--model.net.itc_dim``; ``Contrastive`` and ``ImageTextMatching`` in
-``--model.objectives``), the tiny sizes of tests/conftest.py, and the same model exported.
+``searcher``: one step of ``scripts/train.py fit`` with the contrastive heads on
+(``--model.net.itc_dim``; ``Contrastive`` in ``--model.objectives``), the tiny sizes of
+tests/conftest.py, and the same model exported.
 One step teaches nothing: the tests that need a ranking they can predict plant it
 (:func:`planted`); the others compare with the model's own scores.
 """
@@ -20,8 +20,8 @@ from retrieval_photos import COLOURS, plain_colour
 
 @dataclass
 class Searcher:
-    ckpt: Path  # a .ckpt with the contrastive heads and the matching head
-    exported: Path  # the same model exported (itm_head stored beside the network)
+    ckpt: Path  # a .ckpt with the contrastive heads
+    exported: Path  # the same model exported
     no_itc: Path  # the session's tiny model, trained without the contrastive heads
 
 
@@ -36,8 +36,7 @@ def searcher(trained, tiny_cli_args, tmp_path_factory) -> Searcher:
         main(["fit", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
               "--checkpoint.monitor", "null", "--checkpoint.dirpath", str(root / "ckpt"),
               "--model.net.itc_dim", "16",
-              # the embedded default's objectives, with the matching head's
-              *objectives("itc", "words", "captions", "focus", "twins", "itm"), *tiny_cli_args])
+              *objectives("itc", "words", "captions", "focus", "twins"), *tiny_cli_args])
     ckpt = root / "ckpt" / "last.ckpt"
     return Searcher(ckpt, export(ckpt, root / "exported"), trained.exported)
 

@@ -14,12 +14,11 @@ from helpers import SCRIPTS, load_script
 from vitbert.retriever import Retriever
 
 # docs/retrieval.md, "The JSON": the keys of each result.
-PHOTOS_KEYS = {"query", "ranked_by", "shortlist", "candidates", "results", "unknown_words",
-               "warning", "skipped", "index"}
-PHOTO_KEYS = {"rank", "image", "path", "score", "itc", "itm"}
+PHOTOS_KEYS = {"query", "candidates", "results", "unknown_words", "warning", "skipped", "index"}
+PHOTO_KEYS = {"rank", "image", "path", "score"}
 INDEX_KEYS = {"path", "photos", "embedded", "reused"}
-SENTENCES_KEYS = {"query", "ranked_by", "shortlist", "candidates", "results"}
-SENTENCE_KEYS = {"rank", "caption", "index", "score", "itc", "itm"}
+SENTENCES_KEYS = {"query", "candidates", "results"}
+SENTENCE_KEYS = {"rank", "caption", "index", "score"}
 
 
 def run(argv, capsys) -> tuple[int, str, str]:
@@ -37,7 +36,7 @@ def test_photos_for_a_sentence_as_json(searcher, colour_folder, capsys):
     assert set(result) == PHOTOS_KEYS
     assert set(result["index"]) == INDEX_KEYS and result["index"]["photos"] == 4
     assert all(set(found) == PHOTO_KEYS for found in result["results"])
-    assert result["ranked_by"] == "itm" and result["shortlist"] == 4
+    assert result["candidates"] == 4
     assert result["query"] == {"text": "a red circle"}
     assert "skipped broken.jpg: cannot identify image file" in err
     expected = Retriever.from_checkpoint(searcher.ckpt, device="cpu").images_for(
@@ -61,16 +60,8 @@ def test_sentences_for_a_photo_as_a_table_and_as_json(searcher, colour_folder, t
     assert code == 0
     lines = table.splitlines()
     assert lines[0].startswith(f"sentences for {colour_folder / 'red.png'} (ranked by the "
-                               "matching head")
+                               "contrastive score among 3)")
     assert lines[1].split()[0] == "1" and lines[1].endswith(result["results"][0]["caption"])
-
-
-def test_rerank_0_ranks_by_the_contrastive_score(searcher, colour_folder, capsys):
-    code, out, _ = run(["--ckpt", searcher.ckpt, "--images", colour_folder, "--text", "a red "
-                        "circle", "--rerank", "0", "--json"], capsys)
-    result = json.loads(out)
-    assert code == 0 and result["ranked_by"] == "itc" and result["shortlist"] is None
-    assert all(found["itm"] is None for found in result["results"])
 
 
 @pytest.fixture
@@ -121,6 +112,6 @@ def test_the_script_exits_2_for_a_model_without_contrastive_heads(searcher, colo
 
 def test_help_explains_both_directions_and_the_exit_status():
     text = load_script("retrieve").build_parser().format_help()
-    for words in ("--images DIR", "--captions FILE", "--index FILE", "exit status", "ITM",
+    for words in ("--images DIR", "--captions FILE", "--index FILE", "exit status", "contrastive",
                   ".vitbert-index-", "docs/retrieval.md"):
         assert words in text, words

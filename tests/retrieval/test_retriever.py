@@ -1,5 +1,5 @@
-"""Retriever: a planted match ranks first, the matching head re-ranks the shortlist it is given,
-a folder's index is reused and rebuilt exactly when it must be, broken photos are named."""
+"""Retriever: a planted match ranks first, scores are the model's own cosines, a folder's index is
+reused and rebuilt exactly when it must be, broken photos are named."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def loaded(searcher):
     return load_model(searcher.ckpt)
 
 
-def retriever(loaded, rerank: int = 0, itm_head=None) -> Retriever:
+def retriever(loaded) -> Retriever:
     model, tokenizer = loaded
-    return Retriever(model, tokenizer, itm_head, device="cpu", rerank=rerank)
+    return Retriever(model, tokenizer, device="cpu")
 
 
 # Embeddings we control: a photo's is its mean colour, a sentence's the colour it names.
@@ -77,11 +77,11 @@ def test_a_photo_embedded_as_the_sentence_ranks_first_by_the_real_text_tower(loa
     index = PhotoIndex([f"p{i}.png" for i in range(6)], rows)
     result = found.images_for(text, index, top_k=3)
     assert result["results"][0]["image"] == "p4.png"
-    assert result["results"][0]["itc"] == pytest.approx(1.0, abs=1e-4)
+    assert result["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
     assert [r["rank"] for r in result["results"]] == [1, 2, 3]
     scores = [r["score"] for r in result["results"]]
     assert scores == sorted(scores, reverse=True)
-    assert (result["ranked_by"], result["shortlist"], result["candidates"]) == ("itc", None, 6)
+    assert result["candidates"] == 6
 
 
 def test_planted_colours_both_ways(planted, colour_folder):
@@ -94,49 +94,6 @@ def test_planted_colours_both_ways(planted, colour_folder):
     assert found["results"][0]["caption"] == "a green picture"
     assert found["results"][0]["index"] == 1
     assert len(found["results"]) == 4
-
-
-def test_the_matching_head_reranks_only_the_itc_shortlist(planted, colour_folder, monkeypatch):
-    planted.itm_head, planted.rerank = torch.nn.Identity(), 2  # a head: "itm" ranks
-    asked = []
-
-    def itm(texts, pixels):  # prefers the second photo of the shortlist
-        asked.append(planted_images(pixels))
-        return torch.tensor([0.0, 5.0])
-
-    monkeypatch.setattr(planted, "_itm_logits", itm)
-    found = planted.images_for("a red picture", colour_folder, top_k=2)
-    by_itc = planted.index(colour_folder).embeddings @ colour_vector(COLOURS["red"])
-    shortlist = by_itc.argsort(descending=True)[:2].tolist()
-    names = planted.index(colour_folder).names
-    assert torch.allclose(asked[0], planted.index(colour_folder).embeddings[shortlist])
-    assert [r["image"] for r in found["results"]] == [names[shortlist[1]], names[shortlist[0]]]
-    assert (found["ranked_by"], found["shortlist"]) == ("itm", 2)
-    assert [r["score"] for r in found["results"]] == [5.0, 0.0]
-    assert [r["itm"] for r in found["results"]] == [5.0, 0.0]
-
-
-def test_the_shortlist_is_at_least_top_k(planted, colour_folder, monkeypatch):
-    planted.itm_head, planted.rerank = torch.nn.Identity(), 1
-    monkeypatch.setattr(planted, "_itm_logits", lambda texts, pixels: -torch.arange(len(texts)))
-    found = planted.images_for("a red picture", colour_folder, top_k=3)
-    assert all(r["itm"] is not None for r in found["results"])  # one scorer for all three
-
-
-def test_itm_logits_are_the_head_on_each_pair_as_in_training(searcher, trained):
-    """Batched and padded together, each pair scores as it does alone: the caption read with its
-    own photo, the head on the [CLS] row (vitbert.lit.contrastive.itm_loss)."""
-    found = Retriever.from_checkpoint(searcher.ckpt, device="cpu")
-    texts = ["a red circle", "there is a small green square above a large blue triangle"]
-    pixels = torch.stack([torch.from_numpy(plain_colour(c, 32)).permute(2, 0, 1)
-                          for c in ("red", "blue")])
-    batched = found._itm_logits(texts, pixels)
-    for i, text in enumerate(texts):
-        ids = torch.tensor([found.tokenizer(text)["input_ids"]])
-        hidden, _ = found.model.encode(ids, torch.ones_like(ids),
-                                      found.model.photos(pixels[i:i + 1]))
-        alone = found.itm_head(hidden[:, 0])
-        assert batched[i].item() == pytest.approx(alone.item(), abs=1e-5)
 
 
 def test_a_second_search_runs_no_image_tower(planted, colour_folder):
@@ -234,21 +191,21 @@ def test_a_model_without_contrastive_heads_names_the_fix(searcher):
         Retriever.from_checkpoint(searcher.no_itc, device="cpu")
 
 
-def test_checkpoint_and_export_load_the_matching_head_alike(searcher, colour_folder):
+def test_checkpoint_and_export_search_alike(searcher, colour_folder):
     from_ckpt = Retriever.from_checkpoint(searcher.ckpt, device="cpu")
     from_export = Retriever.from_checkpoint(searcher.exported, device="cpu")
-    assert from_ckpt.ranked_by == from_export.ranked_by == "itm"
     assert from_ckpt.identity == from_export.identity  # same weights, one index
     a = from_ckpt.images_for("a red picture", colour_folder, top_k=4)
     b = from_export.images_for("a red picture", colour_folder, top_k=4)
     assert b["index"]["embedded"] == 0  # the export reads the index the checkpoint wrote
     assert a["results"] == b["results"]
-    assert a["shortlist"] == 4 and a["candidates"] == 4
+    assert a["candidates"] == 4
 
 
 def test_real_scores_are_the_real_embeddings(searcher, colour_folder):
-    """ITC alone: the order is the cosine of the model's own embeddings, computed here apart."""
-    found = Retriever.from_checkpoint(searcher.ckpt, device="cpu", rerank=0)
+    """The order and the scores are the cosines of the model's own embeddings, computed here
+    apart."""
+    found = Retriever.from_checkpoint(searcher.ckpt, device="cpu")
     result = found.images_for("a blue picture", colour_folder, top_k=4)
     names = sorted(p.name for p in colour_folder.iterdir() if p.suffix == ".png")
     from vitbert.predict import load_image
@@ -260,13 +217,5 @@ def test_real_scores_are_the_real_embeddings(searcher, colour_folder):
     cosines = (photos @ query).tolist()
     expected = [names[i] for i in np.argsort(cosines)[::-1]]
     assert [r["image"] for r in result["results"]] == expected
-
-
-def test_a_checkpoint_is_read_once_for_the_network_and_its_matching_head(searcher, monkeypatch):
-    import vitbert.retriever as retriever
-
-    reads = []
-    read = retriever.read_checkpoint
-    monkeypatch.setattr(retriever, "read_checkpoint", lambda path: reads.append(path) or read(path))
-    found = Retriever.from_checkpoint(searcher.ckpt, device="cpu")
-    assert found.ranked_by == "itm" and reads == [searcher.ckpt]
+    assert [r["score"] for r in result["results"]] == pytest.approx(sorted(cosines)[::-1],
+                                                                     abs=1e-4)

@@ -33,7 +33,6 @@ from vitbert.io.load import (
     initialize,
     load_model,
     load_network,
-    model_of,
 )
 from vitbert.io.timm import load_image_weights
 from vitbert.io.transfer import TransferReport, transfer_weights
@@ -58,7 +57,6 @@ __all__ = [
     "load_image_weights",
     "load_model",
     "load_network",
-    "model_of",
     "not_a_checkpoint",
     "read_checkpoint",
     "stored_tokenizer",

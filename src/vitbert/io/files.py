@@ -47,8 +47,10 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # what a config passed by
 # The heads of the training objectives, kept by the training module beside ``net``
 # (vitbert.models.heads), each with the objective that trains it (a report names it when a run
 # has no such head, or its source had none).
-HEADS = {"word_head": "vitbert.lit.objectives.WordDetection",
-         "itm_head": "vitbert.lit.contrastive.ImageTextMatching"}
+HEADS = {"word_head": "vitbert.lit.objectives.WordDetection"}
+# Heads of objectives since removed, with why: a file that holds one still loads, without it.
+REMOVED_HEADS = {"itm_head": "image-text matching's head; that objective was removed (it measured "
+                             "below the contrastive score alone)"}
 # Checkpoints written before the network took extensions kept the shapes data's binding levers
 # as fields of the core's config and weights at the network's top level: read as the extension
 # they are now (so such a checkpoint still predicts, writes and fine-tunes).
@@ -72,7 +74,8 @@ class StoredModel:
     ``config`` and ``tokenizer_json`` are None for weights that come without them (timm's).
     ``heads``: the training heads' tensors (:data:`HEADS`), named as in a checkpoint
     (``word_head.classifier.weight``); not part of the network ``state_dict`` builds.
-    ``ignored``: the names of a checkpoint's tensors that are neither, which nothing reads.
+    ``ignored``: the names of the file's tensors that are neither, which nothing reads (a
+    removed head's, :data:`REMOVED_HEADS`).
     """
 
     config: VitBertConfig | None
@@ -215,10 +218,13 @@ def _read_exported(folder: Path) -> StoredModel:
     tokenizer_json = tokenizer_path.read_text() if tokenizer_path.is_file() else None
     weights = load_file(folder / WEIGHTS_FILE)
     heads = {key: weights.pop(key) for key in list(weights) if is_head_weight(key)}
+    ignored = [key for key in list(weights) if key.split(".", 1)[0] in REMOVED_HEADS]
+    for key in ignored:
+        del weights[key]
     config, state_dict = upgraded(json.loads((folder / CONFIG_FILE).read_text()), weights,
                                   folder)
     state_dict.setdefault(TIED_KEY, state_dict[TIED_SOURCE])  # stored once: see write_exported
-    return StoredModel(config, state_dict, tokenizer_json, str(folder), heads)
+    return StoredModel(config, state_dict, tokenizer_json, str(folder), heads, ignored)
 
 
 def safetensors_bytes(state: dict[str, Tensor]) -> bytes:

@@ -31,7 +31,7 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu"):
 
 def model_of(stored: StoredModel, path: str | Path, map_location: str | torch.device = "cpu"):
     """(model in eval mode, tokenizer) of weights already read from ``path`` (named in errors):
-    :func:`load_model` for a caller that also wants the stored heads, without a second read."""
+    :func:`load_model` for a caller that also reads the stored heads, without a second read."""
     if stored.tokenizer_json is None:
         raise CheckpointError(
             f"{path}: holds no tokenizer. Checkpoints written by scripts/train.py carry one; "

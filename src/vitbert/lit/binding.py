@@ -11,7 +11,6 @@ Chance is 50%. Three scores, each the share of (caption, negative) pairs the tru
   in turn, the rest in view; Salazar et al. 2020), true against negative. Also ``pll_text``, with
   no image: what the words alone prefer (a swap that breaks the grammar is rejected by the text
   alone; the photo's part is ``pll`` minus ``pll_text``).
-- ``itm``: the image-text matching head's score, where the model has one.
 - ``fill``: fill-mask binding: in the *true* caption, each word the negative changed is hidden
   in turn, and the true word must score above the negative's word there (a colour hidden where
   the picture holds two colours: the right object's colour against the other object's).
@@ -98,19 +97,17 @@ def _changed_words(true: str, negative: str) -> list[tuple[int, str, str]]:
 
 @torch.no_grad()
 def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[str]],
-                   make: SwapMaker, itm_head=None, max_length: int = 64,
+                   make: SwapMaker, max_length: int = 64,
                    batch_pictures: int = 32) -> dict[str, float]:
     """The swap tests over pictures ``images`` (P, 3, S, S) uint8, ``captions[p]`` the captions
     of picture p (every one is tested: a photo with five captions gives five sets of pairs).
 
     Returns ``{score}_{kind}`` and ``{score}`` (all kinds pooled) for ``pll``, ``pll_text``,
-    ``fill`` and (with ``itm_head``) ``itm``, each a share in [0, 1] (ties count a half), and
+    and ``fill``, each a share in [0, 1] (ties count a half), and
     ``pairs_{kind}``, how many (caption, negative) pairs each share is over.
     """
     was_training = net.training
     net.eval()
-    if itm_head is not None:
-        itm_head.eval()
     device = next(net.parameters()).device
     vocab = tokenizer.get_vocab()  # a fresh dict on every call: once here
     wins: dict[tuple[str, str], list[float]] = defaultdict(list)  # (score, kind) → wins
@@ -131,27 +128,20 @@ def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[s
         photos = net.photos(pixels, index)  # the tower once for the batch's pictures
         pll, fills = pseudo_log_likelihood(net, ids, keep, content, mask_id, photos)
         pll_text, _ = pseudo_log_likelihood(net, ids, keep, content, mask_id, None)
-        itm = None
-        if itm_head is not None:
-            hidden, _ = net.encode(ids, keep, photos)  # (B, T, D)
-            itm = itm_head(hidden[:, 0]).float()  # (B,)
         hidden_at = {}  # per true caption: its one-piece content words' readings
         for n, kind in enumerate(kinds):
             if kind is None:
                 hidden_at[n] = _single_piece_words(tokenizer, texts[n], content[n])
                 continue
             t = truth_of[n]
-            for score, values in (("pll", pll), ("pll_text", pll_text), ("itm", itm)):
-                if values is not None:
-                    wins[score, kind].append(_win(values[t], values[n]))
+            for score, values in (("pll", pll), ("pll_text", pll_text)):
+                wins[score, kind].append(_win(values[t], values[n]))
             for log_p, right, wrong in _fill_readings(vocab, texts[t], texts[n], hidden_at[t],
                                                       fills[t]):
                 wins["fill", kind].append(_win(log_p[right], log_p[wrong]))
     net.train(was_training)
-    if itm_head is not None:
-        itm_head.train(was_training)
     figures = {}
-    for score in ("pll", "pll_text", "itm", "fill"):
+    for score in ("pll", "pll_text", "fill"):
         pooled = []
         for (name, kind), values in sorted(wins.items()):
             if name == score:
@@ -239,8 +229,7 @@ class BindingEvaluation(SplitEvaluation):
         make = swap_maker(datamodule.source, pl_module.tokenizer, training_swaps,
                           datamodule.max_length)
         return binding_scores(pl_module.net, pl_module.tokenizer, images, captions, make,
-                              pl_module.heads.get("itm_head"), datamodule.max_length,
-                              self.batch_pictures)
+                              datamodule.max_length, self.batch_pictures)
 
     def training_swaps(self, datamodule, tokenizer, tested: list[str]) -> SwapNegatives:
         """The swaps the training captions allow (``tested``, the captions under test, for a

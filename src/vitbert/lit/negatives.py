@@ -10,9 +10,7 @@ swapped when every *word pair* the swap creates is one the training captions use
 "red" and "circle" do not ("small circle red" is not a pair the captions use). On real captions
 this picks nouns for nouns and adjectives for adjectives without knowing either.
 
-The negatives serve twice: the image-text matching head learns to reject them
-(:func:`vitbert.lit.objectives.itm_loss`), and the binding evaluation
-(:mod:`vitbert.lit.binding`) scores the true caption against them.
+The binding evaluation (:mod:`vitbert.lit.binding`) scores the true caption against them.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
     CaptionWriting  on a share of the batches, write the captions left to right instead
                     (Unified VLP's seq2seq mask), so the same model writes captions
     WordDetection   the image tower alone names the content words a photo's captions use
-    Contrastive, ImageTextMatching  (:mod:`vitbert.lit.contrastive`): photos and captions
-                    embedded apart, for retrieval; "is this the caption's photo?"
+    Contrastive     (:mod:`vitbert.lit.contrastive`): photos and captions embedded apart, for
+                    retrieval
 
 A config lists them as LightningCLI lists any class (the plain model is ``MaskedLM`` alone)::
 
@@ -20,7 +20,7 @@ copies, :mod:`vitbert.shapes`). Each step the module runs the image tower once o
 photos and hands every objective a :class:`TrainingStep`; an objective returns its loss, or None
 when the step gives it nothing to learn. Heads an objective trains beside the network
 (:meth:`Objective.build`) are the module's, under the names a checkpoint keeps them by
-(``word_head``, ``itm_head``).
+(``word_head``).
 
 A batch trains writing or filling, never both: an objective may *claim* the batch for itself
 (:meth:`Objective.claims_batch`, drawn before any loss; :class:`CaptionWriting` does on its share

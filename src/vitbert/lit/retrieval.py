@@ -8,26 +8,20 @@ it, recall at k both ways (the figure ViLT, ALBEF and BLIP print first).
 - rsum: the six recalls (R@1, R@5, R@10 both ways) summed, in percent, as papers print it.
 
 Every pair is scored by the contrastive score (:mod:`vitbert.models.contrastive`): each photo and
-each caption embedded once, in batches, and one matrix product. When the model also has a
-matching head (``itm_head``), the top ``rerank_k`` of each query are re-scored by it (ALBEF,
-BLIP): it reads the caption and the photo together, so it scores a pair better but costs an
-encoder pass per pair; the shortlist stays above the rest, ordered by the head. All-pairs
-matching alone (no contrastive heads) is not done here: 1,000 photos × 5,000 captions is 5
-million encoder passes (scripts/bench.py times it on a small set).
+each caption embedded once, in batches, and one matrix product.
 
 Chance: a random ranking finds a caption's photo in its top k with probability k / photos.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from vitbert.lit.evaluation import SplitEvaluation, images_and_references
-from vitbert.models import Photos
 
 KS = (1, 5, 10)
 DIRECTIONS = ("text_to_image", "image_to_text")
@@ -71,56 +65,20 @@ def recall_at_k(similarity: Tensor, caption_image_index: Tensor, ks: Sequence[in
                    image_to_text_recall(similarity.T, caption_image_index, ks))
 
 
-PairScores = Callable[[Tensor, Tensor], Tensor]  # (query rows, candidate rows) → scores
-
-
-def rerank(scores: Tensor, k: int, pair_scores: PairScores) -> Tensor:
-    """``scores`` (Q, X) with each query's top ``k`` re-scored by ``pair_scores(queries,
-    candidates)`` (both (Q·k,) rows → (Q·k,) scores) and lifted above every other candidate of
-    its query, so the shortlist ranks first, in the new order, and the rest keep theirs."""
-    k = min(k, scores.shape[1])
-    top = scores.topk(k, dim=1).indices  # (Q, k)
-    queries = torch.arange(len(scores), device=scores.device).repeat_interleave(k)  # (Q·k,)
-    new = pair_scores(queries, top.reshape(-1)).view(len(scores), k).to(scores.dtype)  # (Q, k)
-    lift = scores.amax(dim=1, keepdim=True) - new.amin(dim=1, keepdim=True) + 1  # (Q, 1)
-    return scores.scatter(1, top, new + lift)
-
-
 @torch.no_grad()
-def embed(net, images: Tensor, input_ids: Tensor, attention_mask: Tensor, batch_size: int = 256,
-          keep_tower_tokens: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
+def embed(net, images: Tensor, input_ids: Tensor, attention_mask: Tensor, batch_size: int = 256
+          ) -> tuple[Tensor, Tensor]:
     """Each photo (I, 3, S, S) and each caption (C, T) embedded once, in batches: (photos
-    (I, E), captions (C, E), and with ``keep_tower_tokens`` the tower's output (I, N, D_img) for
-    re-ranking, else None). Everything on the network's device."""
+    (I, E), captions (C, E)), on the network's device."""
     device = next(net.parameters()).device
-    photos, tokens, texts = [], [], []
+    photos, texts = [], []
     for start in range(0, len(images), batch_size):
         out = net.tower_tokens(images[start:start + batch_size].to(device))  # (b, N, D_img)
         photos.append(net.embed_image_tokens(out))
-        if keep_tower_tokens:
-            tokens.append(out)
     for start in range(0, len(input_ids), batch_size):
         rows = slice(start, start + batch_size)
         texts.append(net.embed_texts(input_ids[rows].to(device), attention_mask[rows].to(device)))
-    return torch.cat(photos), torch.cat(texts), torch.cat(tokens) if keep_tower_tokens else None
-
-
-@torch.no_grad()
-def matching_scores(net, itm_head, input_ids: Tensor, attention_mask: Tensor, tower_tokens: Tensor,
-                    captions: Tensor, photos: Tensor, batch_size: int = 256) -> Tensor:
-    """The matching head's logit (P,) for each pair (``captions[p]``, ``photos[p]``): rows of
-    ``input_ids`` (C, T) and of the tower's output ``tower_tokens`` (I, N, D_img), in batches of
-    ``batch_size`` pairs, each batch's distinct photos projected once."""
-    device = tower_tokens.device
-    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-    out = []
-    for start in range(0, len(captions), batch_size):
-        c = captions[start:start + batch_size].to(device)
-        shown, index = torch.unique(photos[start:start + batch_size].to(device),
-                                    return_inverse=True)
-        hidden, _ = net.encode(input_ids[c], attention_mask[c], Photos(tower_tokens[shown], index))
-        out.append(itm_head(hidden[:, 0]).float())  # (b,) from each pair's [CLS]
-    return torch.cat(out)
+    return torch.cat(photos), torch.cat(texts)
 
 
 class RetrievalSplit(NamedTuple):
@@ -133,40 +91,19 @@ class RetrievalSplit(NamedTuple):
 
 
 @torch.no_grad()
-def retrieval_scores(net, split: RetrievalSplit, itm_head=None, rerank_k: int = 16,
-                     ks: Sequence[int] = KS, batch_size: int = 256) -> dict[str, float]:
-    """R@k both ways and rsum (:func:`figures`) of the ``split``'s photos against its captions.
-
-    All pairs by the contrastive score; with ``itm_head`` and ``rerank_k`` > 0 the top
-    ``rerank_k`` re-ranked by the head, and the contrastive figures kept beside them with the
-    suffix ``_itc``. Also ``images`` and ``captions``, the counts (chance is k / images).
-    """
+def retrieval_scores(net, split: RetrievalSplit, ks: Sequence[int] = KS, batch_size: int = 256
+                     ) -> dict[str, float]:
+    """R@k both ways and rsum (:func:`figures`) of the ``split``'s photos against its captions,
+    every pair by the contrastive score; also ``images`` and ``captions``, the counts (chance is
+    k / images)."""
     images, input_ids, attention_mask, caption_image = split
     was_training = net.training
     net.eval()
-    reranking = itm_head is not None and rerank_k > 0
-    photos, texts, tokens = embed(net, images, input_ids, attention_mask, batch_size, reranking)
-    caption_image = caption_image.to(texts.device)
-    similarity = (texts @ photos.T).float()  # (C, I) cosines
-    itc = recall_at_k(similarity, caption_image, ks)
-    out = {"images": float(len(images)), "captions": float(len(input_ids))}
-    if not reranking:
-        net.train(was_training)
-        return out | itc
-    head_was_training = itm_head.training
-    itm_head.eval()
-
-    def by_head(captions: Tensor, photos: Tensor) -> Tensor:
-        return matching_scores(net, itm_head, input_ids, attention_mask, tokens, captions,
-                               photos, batch_size)
-
-    text_to_image = rerank(similarity, rerank_k, by_head)  # queries: captions
-    image_to_text = rerank(similarity.T, rerank_k, lambda p, c: by_head(c, p))  # queries: photos
+    photos, texts = embed(net, images, input_ids, attention_mask, batch_size)
     net.train(was_training)
-    itm_head.train(head_was_training)
-    return out | figures(text_to_image_recall(text_to_image, caption_image, ks),
-                         image_to_text_recall(image_to_text, caption_image, ks)) | {
-        f"{name}_itc": value for name, value in itc.items()}
+    similarity = (texts @ photos.T).float()  # (C, I) cosines
+    return {"images": float(len(images)), "captions": float(len(input_ids))} | recall_at_k(
+        similarity, caption_image.to(texts.device), ks)
 
 
 def split_for_retrieval(dataset, tokenizer, max_length: int, limit: int | None = None
@@ -189,19 +126,16 @@ class RetrievalEvaluation(SplitEvaluation):
 
     Args:
         num_images: photos sampled per validation (the test uses every photo); 0 turns it off.
-        rerank_k: each query's shortlist re-ranked by the matching head, when the model has one;
-            0 ranks by the contrastive score alone.
-        batch_size: photos, captions or pairs per forward pass.
+        batch_size: photos or captions per forward pass.
         every_n_epochs: in ``fit``, measured at every n-th epoch's validation and the last one
             (:class:`vitbert.lit.evaluation.SplitEvaluation`).
     """
 
     prefix = "retrieval_"
 
-    def __init__(self, num_images: int = 0, rerank_k: int = 16, batch_size: int = 256,
-                 every_n_epochs: int = 1) -> None:
+    def __init__(self, num_images: int = 0, batch_size: int = 256, every_n_epochs: int = 1
+                 ) -> None:
         super().__init__(num_images, every_n_epochs)
-        self.rerank_k = rerank_k
         self.batch_size = batch_size
 
     def figures(self, trainer, pl_module, dataset, limit: int | None) -> dict[str, float] | None:
@@ -209,5 +143,4 @@ class RetrievalEvaluation(SplitEvaluation):
             return None
         split = split_for_retrieval(dataset, pl_module.tokenizer, trainer.datamodule.max_length,
                                     limit)
-        return retrieval_scores(pl_module.net, split, pl_module.heads.get("itm_head"),
-                                self.rerank_k, batch_size=self.batch_size)
+        return retrieval_scores(pl_module.net, split, batch_size=self.batch_size)

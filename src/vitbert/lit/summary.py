@@ -55,9 +55,6 @@ def format_figures(figures: dict[str, float], stage: str = "val",
                  if f"{stage}/{name}{c}" in figures]
         if gains:
             lines.append(f"image gain at top-1 against {against.description}: " + ", ".join(gains))
-    if f"{stage}/itm_accuracy" in figures:
-        lines.append(f"image-text matching: {100 * figures[f'{stage}/itm_accuracy']:.1f}% of "
-                     f"pairs judged right (each caption with its photo and with another image's)")
     skipped = int(figures.get(f"{stage}/{SKIPPED}", 0))
     if skipped:
         lines.append(f"({skipped} captions had no other image in their batch and are not in the "
@@ -95,7 +92,7 @@ def format_caption_figures(figures: dict[str, float], stage: str = "val",
 # The binding scores (vitbert.lit.binding), with their row labels.
 BINDING_ROWS = (("pll", "pseudo-log-likelihood, photo"),
                 ("pll_text", "pseudo-log-likelihood, text"),
-                ("itm", "matching head, photo"), ("fill", "fill-mask, photo"))
+                ("fill", "fill-mask, photo"))
 
 
 def format_binding_figures(figures: dict[str, float], stage: str = "val") -> list[str]:
@@ -120,24 +117,18 @@ def format_binding_figures(figures: dict[str, float], stage: str = "val") -> lis
 
 
 def format_retrieval_figures(figures: dict[str, float], stage: str = "val") -> list[str]:
-    """Retrieval (:mod:`vitbert.lit.retrieval`) as a small table: a row per direction (and, when
-    the matching head re-ranked, the contrastive score's own rows), R@1, R@5, R@10, and the
-    chance level k / photos; nothing when the run measured no retrieval."""
+    """Retrieval (:mod:`vitbert.lit.retrieval`) as a small table: a row per direction, R@1, R@5,
+    R@10, and the chance level k / photos; nothing when the run measured no retrieval."""
     prefix = f"{stage}/retrieval_"
     if f"{prefix}rsum" not in figures:
         return []
     images, captions = int(figures[f"{prefix}images"]), int(figures[f"{prefix}captions"])
-    reranked = f"{prefix}rsum_itc" in figures
     lines = [f"{f'retrieval: {images} photos, {captions} captions':<40}"
              + "".join(f"{f'R@{k}':>10}" for k in RETRIEVAL_KS) + f"{'rsum':>10}"]
-    for suffix, how in ((("_itc", "contrastive"), ("", "re-ranked by matching")) if reranked
-                        else (("", "contrastive"),)):
-        for direction, label in (("text_to_image", "text → image"),
-                                 ("image_to_text", "image → text")):
-            lines.append(f"  {f'{label}, {how}':<38}" + "".join(
-                f"{100 * figures[f'{prefix}{direction}_r{k}{suffix}']:>9.1f}%"
-                for k in RETRIEVAL_KS))
-        lines[-1] += f"{figures[f'{prefix}rsum{suffix}']:>10.1f}"  # both directions' six, once
+    for direction, label in (("text_to_image", "text → image"), ("image_to_text", "image → text")):
+        lines.append(f"  {label:<38}" + "".join(
+            f"{100 * figures[f'{prefix}{direction}_r{k}']:>9.1f}%" for k in RETRIEVAL_KS))
+    lines[-1] += f"{figures[f'{prefix}rsum']:>10.1f}"  # both directions' six, once
     lines.append(f"  {'chance (k / photos)':<38}" + "".join(
         f"{_chance(100 * min(1.0, k / images)):>10}" for k in RETRIEVAL_KS))
     return lines
@@ -257,7 +248,7 @@ class LogProgress(L.Callback):
             parts.append(f"step {step}")
         parts.append(f"{rate:.2f} steps/s")
         for key, label in (("train/loss", "loss"), ("train/generation_loss", "caption loss"),
-                           ("train/itm_loss", "matching loss"), ("train/word_loss", "word loss")):
+                           ("train/word_loss", "word loss")):
             value = trainer.callback_metrics.get(key)  # MLM, and the other objectives'
             if value is not None:
                 parts.append(f"{label} {float(value):.4f}")

@@ -3,8 +3,8 @@
 * :class:`ViT` (:mod:`.vit`): the image tower, with a patch embedding injected by
   :func:`build_image_tower`: conv patchify, ResNet hybrid, or the small conv stem.
 * :class:`TextTower`, :class:`MLMHead` (:mod:`.bert`): BERT embeddings, encoder, tied MLM head.
-* :class:`ITMHead`, :class:`WordDetectorHead` (:mod:`.heads`): the heads of the training
-  objectives beside MLM (image-text matching; the caption's words from the image alone).
+* :class:`WordDetectorHead` (:mod:`.heads`): the head of the word-detection objective (the
+  caption's words from the image alone).
 * :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits; the
   photos reach it as :class:`Photos` (the tower's output, once per photo); with ``itc_dim`` also
   :class:`ContrastiveHeads` (:mod:`.contrastive`): photos and captions embedded apart, for
@@ -25,7 +25,7 @@ from vitbert.models.config import (
     VitBertConfig,
 )
 from vitbert.models.contrastive import ContrastiveHeads
-from vitbert.models.heads import ITMHead, WordDetectorHead
+from vitbert.models.heads import WordDetectorHead
 from vitbert.models.multimodal import Photos, Projector, VitBert
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
 from vitbert.models.vit import ViT, build_image_tower
@@ -35,7 +35,6 @@ __all__ = [
     "ContrastiveHeads",
     "ConvStem",
     "HybridEmbed",
-    "ITMHead",
     "ImageTowerConfig",
     "MLMHead",
     "NetworkExtension",

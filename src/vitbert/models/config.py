@@ -179,8 +179,8 @@ class VitBertConfig:
     """LayerNorm the projected image tokens before they join the words."""
     itc_dim: int = 0
     """Width of the contrastive space (ALBEF's ITC, :mod:`vitbert.models.contrastive`): each
-    photo and each caption embedded alone, so retrieval scores every pair by a dot product and
-    re-ranks a short list with the matching head. 0 = no contrastive heads; the contrastive
+    photo and each caption embedded alone, so retrieval scores every pair by a dot product.
+    0 = no contrastive heads; the contrastive
     objective (``vitbert.lit.contrastive.Contrastive``) trains them (128 or 256 are usual)."""
     extension: NetworkExtension | None = None
     """A part plugged in from outside the core (class_path / init_args, :class:`NetworkExtension`):

@@ -6,10 +6,10 @@ L2-normalised, and a caption's score against a photo is the cosine of the two:
     photo ─ ViT ─ tower tokens (B, N, D_img) ─ mean ─ (B, D_img) ─ image_proj ─ (B, E) ─ ‖·‖ ─┐
     caption ─ text encoder, words alone ─ [CLS] (B, D) ─ text_proj ─ (B, E) ─ ‖·‖ ────────── cos
 
-Why beside the joint encoder: the joint encoder (MLM, the matching head) reads a caption and a
-photo *together*, so scoring every caption against every photo costs one encoder pass per pair
-(1,000 photos × 5,000 captions: 5 million). Here each photo and each caption is embedded once
-and every pair is one dot product; the matching head then re-ranks a short list (ALBEF, BLIP).
+Why beside the joint encoder: the joint encoder (MLM) reads a caption and a photo *together*,
+so scoring every caption against every photo would cost one encoder pass per pair (1,000 photos
+× 5,000 captions: 5 million). Here each photo and each caption is embedded once and every pair
+is one dot product.
 
 The image side reads the tower tokens the text reads (``VitBert.tower_tokens``: the pooled one,
 or every patch), averaged: the tower's own mean pool, and so also what a frozen tower's feature

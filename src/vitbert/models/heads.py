@@ -1,4 +1,4 @@
-"""Heads of the training objectives beside masked-language modelling.
+"""Heads of the training objectives beside masked-language modelling (word detection).
 
 They are part of how the model is trained, not of the model that predicts words: a state dict
 without them (a checkpoint trained without their objective) loads, strictly too, and the head
@@ -7,7 +7,6 @@ keeps its fresh weights. The objectives that use them are in :mod:`vitbert.lit.o
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from vitbert.models.vit import init_transformer_weights
@@ -17,28 +16,6 @@ def _keep_fresh_when_absent(module: nn.Module, state_dict: dict, prefix: str, *_
     """Load pre-hook: a weight the state dict lacks is given the module's own, so it stays."""
     for name, value in module.state_dict().items():
         state_dict.setdefault(prefix + name, value)
-
-
-class ITMHead(nn.Module):
-    """Image-text matching: the caption's [CLS] row (…, D) → one logit, "this photo is the
-    caption's" (ALBEF, ViLT; BERT's next-sentence head has this shape: a tanh pooler, then a
-    linear classifier).
-
-    The [CLS] row has attended to every word and every image token, so it can compare them; the
-    pooler gives it a summary of its own, apart from what the MLM head reads from the word rows.
-    Trained with shuffled-photo negatives (:func:`vitbert.lit.objectives.itm_loss`).
-    """
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.pooler = nn.Linear(dim, dim)
-        self.classifier = nn.Linear(dim, 1)
-        init_transformer_weights(self)
-        self.register_load_state_dict_pre_hook(_keep_fresh_when_absent)
-
-    def forward(self, cls: Tensor) -> Tensor:
-        """(…, D) → (…) logits; > 0 means "matched"."""
-        return self.classifier(torch.tanh(self.pooler(cls))).squeeze(-1)
 
 
 class WordDetectorHead(nn.Module):

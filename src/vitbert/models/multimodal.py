@@ -192,8 +192,7 @@ class VitBert(nn.Module):
         input_ids (B, T); attention_mask (B, T) True = real token; ``photos`` the photos the
         captions see, or None for the words alone. ``mode="seq2seq"`` lets each word see only
         the image and the words to its left (generation); image tokens never see words in it.
-        Row 0 is the caption's [CLS], which has read every word and image token: the
-        image-text matching head's input (:mod:`vitbert.lit.contrastive`).
+        Row 0 is the caption's [CLS], which has read every word and image token.
 
         With a reader (``config.extension``), each word's row is then what the reader makes of
         it from ``words`` (the input embeddings, B, T, D), ``hidden`` (the encoder's rows),
