@@ -22,6 +22,7 @@ file whose pickle would run code is refused. Every write is atomic and readable 
 
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
 import zipfile
@@ -51,14 +52,11 @@ HEADS = {"word_head": "vitbert.lit.objectives.WordDetection"}
 # Heads of objectives since removed, with why: a file that holds one still loads, without it.
 REMOVED_HEADS = {"itm_head": "image-text matching's head; that objective was removed (it measured "
                              "below the contrastive score alone)"}
-# Checkpoints written before the network took extensions kept the shapes data's binding levers
-# as fields of the core's config and weights at the network's top level: read as the extension
-# they are now (so such a checkpoint still predicts, writes and fine-tunes).
-LEGACY_EXTENSION = "vitbert.shapes.BindingLevers"
-LEGACY_FIELDS = {"chroma_dim": "hue_dim", "chroma_place": "places",
-                 "neighbour_lookup_heads": "lookup_heads", "lookup_share_window": "share_window",
-                 "lookup_place": "lookup_place"}
-LEGACY_WEIGHTS = {"lookup.": "reader.lookup.", "read_sharing.": "reader.sharing."}
+# Readers of files older than today's config, by path as a config names a class (the core
+# imports none): ``(config dict, state dict) -> (config dict, state dict)``, each returning what
+# it does not know unchanged. Files from before the network took extensions kept a data set's
+# levers as settings of the core; the package that owns them reads them as its extension now.
+UPGRADES = ("vitbert.shapes.model.read_pre_extension_levers",)
 # A word pointer was a decoding add-on of an older version still; it is gone.
 REMOVED_WEIGHTS = "pointer."
 
@@ -135,23 +133,15 @@ def read_checkpoint(path: str | Path) -> StoredModel:
 
 def upgraded(config: dict[str, Any], state_dict: dict[str, Tensor], path: Path
              ) -> tuple[VitBertConfig, dict[str, Tensor]]:
-    """A stored network's config and weights as this version builds them: a checkpoint from
-    before extensions had the shapes data's binding levers in the core's config and at the
-    network's top level (:data:`LEGACY_FIELDS`, :data:`LEGACY_WEIGHTS`). One with the word
-    pointer, an add-on removed before that, is refused with the fix."""
+    """A stored network's config and weights as this version builds them, read through
+    :data:`UPGRADES`. One with the word pointer, an add-on removed long ago, is refused with the
+    fix."""
     if any(key.startswith(REMOVED_WEIGHTS) for key in state_dict):
         raise CheckpointError(f"{path}: holds the word pointer, a decoding add-on removed from "
                               f"vitbert; load it with the version that wrote it, or train anew")
-    config = dict(config)
-    image = dict(config.get("image", {}))
-    levers = {new: source.pop(old) for old, new in LEGACY_FIELDS.items()
-              for source in (image, config) if old in source}
-    config["image"] = image
-    if any(levers.values()):
-        config["extension"] = {"class_path": LEGACY_EXTENSION, "init_args": levers}
-        state_dict = {next((new + key[len(old):] for old, new in LEGACY_WEIGHTS.items()
-                            if key.startswith(old)), key): value
-                      for key, value in state_dict.items()}
+    for upgrade in UPGRADES:
+        module, _, name = upgrade.rpartition(".")
+        config, state_dict = getattr(importlib.import_module(module), name)(config, state_dict)
     return VitBertConfig.from_dict(config), state_dict
 
 

@@ -48,6 +48,12 @@ from vitbert.models.config import NetworkExtension
 from vitbert.models.vit import init_transformer_weights
 
 PLACE_DIM = 2  # column, row
+# Files written before the network took extensions held these levers as settings of the core's
+# config (old name: today's) and their weights at the network's top level (old prefix: today's).
+PRE_EXTENSION_FIELDS = {"chroma_dim": "hue_dim", "chroma_place": "places",
+                        "neighbour_lookup_heads": "lookup_heads",
+                        "lookup_share_window": "share_window", "lookup_place": "lookup_place"}
+PRE_EXTENSION_WEIGHTS = {"lookup.": "reader.lookup.", "read_sharing.": "reader.sharing."}
 
 
 class BindingLevers(NetworkExtension):
@@ -110,6 +116,25 @@ class BindingLevers(NetworkExtension):
             return None
         return BindingReader(config.text.dim, self.lookup_heads, config.image.dim, self.hue_dim,
                              self.lookup_place, self.share_window)
+
+
+def read_pre_extension_levers(config: dict[str, Any], state_dict: dict[str, Tensor]
+                              ) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """A stored network's config (plain values) and weights, the levers of a file from before
+    extensions read as :class:`BindingLevers` (:data:`PRE_EXTENSION_FIELDS`, ``_WEIGHTS``);
+    anything else unchanged. The core's file reader calls it by path
+    (``vitbert.io.files.UPGRADES``), so such a checkpoint still predicts, writes and fine-tunes.
+    """
+    config, image = dict(config), dict(config.get("image", {}))
+    levers = {new: source.pop(old) for old, new in PRE_EXTENSION_FIELDS.items()
+              for source in (image, config) if old in source}
+    config["image"] = image
+    if not any(levers.values()):
+        return config, state_dict
+    config["extension"] = {"class_path": "vitbert.shapes.BindingLevers", "init_args": levers}
+    return config, {next((new + key[len(old):] for old, new in PRE_EXTENSION_WEIGHTS.items()
+                          if key.startswith(old)), key): value
+                    for key, value in state_dict.items()}
 
 
 class LuminanceStem(ConvStem):
