@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from vitbert.data.cache import DataError
     from vitbert.io import CheckpointError
-    from vitbert.lit.summary import format_binding_figures, format_retrieval_figures
+    from vitbert.run.console import format_binding_figures, format_retrieval_figures
     from vitbert.shapes.analysis import analyse_captions, format_caption_summary
 
     try:

@@ -39,11 +39,11 @@ from vitbert.data.cache import DataError, decode_image
 from vitbert.data.masking import MLMCollator
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
 from vitbert.io import CheckpointError, read_checkpoint
-from vitbert.lit.checkpoints import LastCheckpoint
 from vitbert.lit.module import MaskedLMModule
 from vitbert.models import VitBert, VitBertConfig
 from vitbert.models.config import ImageTowerConfig, TextTowerConfig
 from vitbert.predict import FillMask, PredictError
+from vitbert.run.checkpoints import LastCheckpoint
 
 SIZE = 32  # decoded picture size
 CAPTIONS = ["a red square left of a blue circle .", "a small green circle above a square ."]

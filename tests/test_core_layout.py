@@ -1,6 +1,7 @@
 """The core's layout, read from its import graph (issue 53; replaces the old "no colour word in the
 core" scan): what only the shapes data needs lives in ``vitbert.shapes`` and plugs into the core
-through its general interfaces, so the core never imports it; the core's packages form layers,
+through its general interfaces, so the core never imports it, nor anything else built on it
+(``vitbert.run``, the APIs, the CLI); the core's packages form layers,
 ``nn < models < data < decoding < io < lit``, each importing only its own package and lower ones;
 no import cycle runs among the core's modules; no function takes more than
 :data:`MAX_PARAMETERS` parameters (constructors excepted: a config class takes its settings); and
@@ -118,6 +119,15 @@ def shapes_imports(modules: dict[str, Module]) -> list[str]:
             if any(name == SHAPES or name.startswith(SHAPES + ".") for name in i.names)]
 
 
+def outside_imports(modules: dict[str, Module]) -> list[str]:
+    """(a') ``module:line target`` for each import by the core of a vitbert package outside it
+    (the run's files and console, the APIs, the CLI, the data sets' packages): those are built on
+    the core, never under it."""
+    known = set(modules)
+    return [f"{m.name}:{i.line} {i.target}" for m in core(modules) for i in imports(m, known)
+            if package_of(i.target) not in (None, *LAYERS)]
+
+
 def upward_imports(modules: dict[str, Module]) -> list[str]:
     """(b) ``module:line target`` for each import of a higher layer of the core."""
     known = set(modules)
@@ -230,6 +240,11 @@ def test_the_core_imports_nothing_of_the_shapes_data(tree):
     assert not found, "the core imports vitbert.shapes:\n  " + "\n  ".join(found)
 
 
+def test_the_core_imports_nothing_built_on_it(tree):
+    found = outside_imports(tree)
+    assert not found, "the core imports a package outside it:\n  " + "\n  ".join(found)
+
+
 def test_each_layer_imports_only_itself_and_lower_ones(tree):
     found = upward_imports(tree)
     assert not found, f"upward imports ({' < '.join(LAYERS)}):\n  " + "\n  ".join(found)
@@ -274,6 +289,19 @@ def test_the_shapes_check_finds_every_kind_of_import():
         "vitbert.data.sources:1 vitbert.shapes",
         "vitbert.io.files:1 vitbert.shapes.model",
     ]
+
+
+def test_the_outside_check_finds_the_run_the_cli_and_the_shapes():
+    tree = tree_of(
+        run__init="", run__console="", shapes__init="",
+        lit__module="from vitbert.run.console import LogProgress\nimport vitbert\n",
+        io__load="def f():\n    from vitbert import cli\n",
+        data__sources="from vitbert import shapes\nfrom vitbert.nn import x\n",
+        cli="from vitbert.run import console\n",  # built on the core: allowed
+    )
+    assert outside_imports(tree) == ["vitbert.lit.module:1 vitbert.run.console",
+                                     "vitbert.io.load:2 vitbert.cli",
+                                     "vitbert.data.sources:1 vitbert.shapes"]
 
 
 def test_the_layer_check_finds_an_upward_import_and_allows_the_rest():

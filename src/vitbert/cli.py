@@ -29,13 +29,13 @@ from vitbert.data.datamodule import CaptionDataModule
 from vitbert.io import CheckpointError
 from vitbert.io.files import load_tensors_file
 from vitbert.lit.binding import BindingEvaluation
-from vitbert.lit.callbacks import PredictionWriter
-from vitbert.lit.checkpoints import LastCheckpoint, ResumeState
 from vitbert.lit.evaluation import CaptionEvaluation
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.retrieval import RetrievalEvaluation
-from vitbert.lit.summary import LogProgress, ParameterCount, ValidationSummary
 from vitbert.models import VitBertConfig
+from vitbert.run.checkpoints import LastCheckpoint, ResumeState
+from vitbert.run.console import LogProgress, ParameterCount, ValidationSummary
+from vitbert.run.predictions import PredictionWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = REPO_ROOT / "configs"
@@ -44,7 +44,7 @@ CONFIG_FLAGS = ("--config", "-c")
 
 
 # Every run gets a folder of its own, runs/version_N/: logs, config, checkpoints, predictions
-# (vitbert.lit.checkpoints; runs/latest links to the newest run with a checkpoint).
+# (vitbert.run.checkpoints; runs/latest links to the newest run with a checkpoint).
 RUNS_DIR = "runs"
 T = TypeVar("T")
 

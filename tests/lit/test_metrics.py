@@ -5,7 +5,7 @@ import torch
 
 from vitbert.lit.conditions import ANOTHER_PHOTO, CONDITIONS, TEXT_ONLY, WITH_PHOTO
 from vitbert.lit.metrics import SKIPPED, MaskedLMMetrics
-from vitbert.lit.summary import format_figures
+from vitbert.run.console import format_figures
 
 
 def one_hot_logits(predicted, vocab):

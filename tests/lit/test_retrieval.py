@@ -16,8 +16,8 @@ from vitbert.lit.retrieval import (
     retrieval_scores,
     text_to_image_recall,
 )
-from vitbert.lit.summary import format_retrieval_figures
 from vitbert.models import VitBert
+from vitbert.run.console import format_retrieval_figures
 
 # Three photos, five captions each (15 captions); the scores are planted so that every count
 # below can be done by hand.

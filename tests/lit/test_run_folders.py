@@ -14,7 +14,7 @@ from helpers import TINY_MODEL
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
-from vitbert.lit.checkpoints import point_latest_at
+from vitbert.run.checkpoints import point_latest_at
 
 LATEST_CKPT = Path("runs/latest/checkpoints/last.ckpt")
 

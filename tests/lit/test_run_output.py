@@ -16,7 +16,7 @@ from helpers import TINY_MODEL
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
-from vitbert.lit import summary
+from vitbert.run import console
 
 REPO = Path(__file__).resolve().parents[2]
 SECONDS_PER_STEP = 6.0  # the fake clock: LogProgress reads it once a step
@@ -35,7 +35,7 @@ def test_a_redirected_log_shows_progress_at_least_every_30_seconds(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     readings = iter(range(10**6))
     clock = SimpleNamespace(monotonic=lambda: SECONDS_PER_STEP * next(readings))
-    monkeypatch.setattr(summary, "time", clock)
+    monkeypatch.setattr(console, "time", clock)
     log = tmp_path / "run.log"
     with log.open("w") as stdout, contextlib.redirect_stdout(stdout):
         main(tiny_fit_args(tmp_path, steps=16))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vitbert.lit.callbacks import PredictionWriter, _plain
+from vitbert.run.predictions import PredictionWriter, _plain
 
 
 def test_train_py_predict_writes_one_line_per_example(trained, tiny_cli_args, tmp_path,

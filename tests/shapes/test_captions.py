@@ -2,7 +2,7 @@
 evaluation: through the source (``ShapesSource.caption_scores``), never through the core."""
 
 from vitbert.data import Flickr30kSource
-from vitbert.lit.summary import format_caption_figures
+from vitbert.run.console import format_caption_figures
 from vitbert.shapes import ShapesSource
 from vitbert.shapes.captions import (
     CAPTION_SCORE_LABELS,

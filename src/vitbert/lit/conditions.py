@@ -8,7 +8,7 @@ Every validation, test and prediction reads each caption three times:
 
 The honest image gain is with-photo minus another-photo: both inputs have image tokens, only the
 photo's content differs. With-photo minus text-only also counts the mere presence of image tokens.
-The metrics (``lit/metrics.py``), the table (``lit/summary.py``), the module and the prediction
+The metrics (``lit/metrics.py``), the table (``run/console.py``), the module and the prediction
 records all iterate over :data:`CONDITIONS` and take names from it. The photos are read as the
 image tower's output, once per batch: another image's photo is the same output, permuted.
 """

@@ -200,7 +200,7 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 class ResumeState(L.Callback):
     """Save the RNG states with every checkpoint, restore them on resume; on SIGTERM, write
-    ``last.ckpt`` (through ``last_checkpoint``, a :class:`~vitbert.lit.checkpoints.LastCheckpoint`)
+    ``last.ckpt`` (through ``last_checkpoint``, a :class:`~vitbert.run.checkpoints.LastCheckpoint`)
     and let Lightning stop the run cleanly."""
 
     def __init__(self) -> None:
