@@ -205,7 +205,7 @@ class VitBertCLI(ProjectCLI):
         stored = {subcommand: {"model": hparams}}
         self.config = self.parser.parse_object(stored, self.config)
         kept = dict(self.config[subcommand].model.items())
-        replaced = [f"model.{key} {asked[key]!r} (the checkpoint's: {kept[key]!r})"
+        replaced = [f"model.{key} {_brief(asked[key])} (the checkpoint's: {_brief(kept[key])})"
                     for key in sorted(asked) if key in kept and not _filled_in(key, asked[key])
                     and _canonical(asked[key], key) != _canonical(kept[key], key)]
         if subcommand == "fit" and replaced:
@@ -238,6 +238,18 @@ def _canonical(value: object, key: str = "") -> object:
             return value
         return f"{found.__module__}.{found.__qualname__}"
     return value
+
+
+def _brief(value: object) -> str:
+    """A setting as a warning shows it: a class by its name and arguments
+    (``TwinContrast(weight=0.3)``), not the parser's nested namespaces."""
+    value = _canonical(value)
+    if isinstance(value, dict) and "class_path" in value:
+        arguments = ", ".join(f"{k}={v!r}" for k, v in (value.get("init_args") or {}).items())
+        return f"{value['class_path'].rpartition('.')[2]}({arguments})"
+    if isinstance(value, list):
+        return "[" + ", ".join(_brief(v) for v in value) + "]"
+    return repr(value)
 
 
 def _filled_in(key: str, asked: object) -> bool:

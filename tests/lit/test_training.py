@@ -128,7 +128,9 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
         "vitbert.shapes.twins.TwinContrast"]
     (message,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
     assert "model.freeze_image_tower_steps 5 (the checkpoint's: 0)" in message
-    assert "model.objectives" in message
+    # Each objective by its class and arguments, not the parser's nested namespaces.
+    assert "model.objectives [Contrastive(weight=1.0), WordDetection(weight=10.0), " in message
+    assert "TwinContrast(weight=0.3)])" in message and "Namespace" not in message
     assert "--model.init_from" in message
     assert "vocab_size" not in message  # filled in from the data on every run, not a choice
     # The same command as the run's: nothing to say (the config names the shapes classes by
