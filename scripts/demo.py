@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--share", action="store_true",
                         help="also publish through a temporary public gradio.live link")
     parser.add_argument("--examples", type=Path, metavar="DIR",
-                        help="a folder of photos: the first few join the gallery")
+                        help="a folder of photos: the first few join the gallery (beside the "
+                             "shapes test pictures for a model trained on those)")
     parser.add_argument("--images", type=Path, metavar="DIR",
                         help='the folder "Find the photo" searches (default: the example '
                              "pictures); its embeddings are kept in "
@@ -74,9 +75,12 @@ def run(args: argparse.Namespace) -> int:
     except CheckpointError as error:
         return fail(str(error))
     try:
-        examples = demo.shapes_examples(fill_mask.image_size)
-        if args.examples is not None:
-            examples = demo.folder_examples(args.examples) + examples
+        examples = demo.folder_examples(args.examples) if args.examples is not None else []
+        if demo.shows_shapes(args.ckpt):  # the embedded default's test pictures
+            examples += demo.shapes_examples(fill_mask.image_size)
+        elif not examples:
+            print("vitbert demo: a model trained on photos; for a gallery, pass --examples DIR",
+                  file=sys.stderr, flush=True)
         finder = demo.search_for(fill_mask, examples, args.images)
     except demo.DemoInputError as error:
         return fail(str(error))

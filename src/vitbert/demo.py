@@ -79,6 +79,19 @@ class Answer:
 # The gallery
 
 
+def shows_shapes(ckpt: str | Path) -> bool:
+    """Whether the gallery offers the shapes test pictures: for a checkpoint trained on the
+    shapes data, and for an exported folder (which does not say what it was trained on); not for
+    one trained on photos, where a shape on a black square would only mislead."""
+    from vitbert.io.files import load_tensors_file
+
+    if Path(ckpt).is_dir():
+        return True
+    data = load_tensors_file(Path(ckpt)).get("datamodule_hyper_parameters") or {}
+    source = (data.get("source") or {}).get("class_path", "vitbert.shapes")
+    return source.startswith("vitbert.shapes")
+
+
 def shapes_examples(image_size: int, count: int = GALLERY_SIZE) -> list[Example]:
     """The first test pictures of the embedded default, each with its colour word hidden.
 
@@ -307,6 +320,9 @@ def search_for(fill_mask: FillMask, examples: list[Example], folder=None) -> Sea
     if not fill_mask.model.has_itc:
         return Search(None, None, "", "This model has no contrastive heads (its net.itc_dim is "
                       f"0), so it cannot search photos by sentence: {ITC_FIX}.")
+    if folder is None and not examples:
+        return Search(None, None, "", "no photos to search: start the page with --images DIR "
+                      "(or --examples DIR).")
     retriever = Retriever(fill_mask.model, fill_mask.tokenizer, fill_mask.device)
     if folder is None:
         index = retriever.index_images([ex.image for ex in examples],
@@ -540,5 +556,6 @@ def page_address(local_url: str, share_url: str | None) -> str:
 __all__ = [
     "Answer", "DemoInputError", "Example", "Search", "answer", "bars_html", "build_app",
     "captioner_class", "check_query", "folder_examples", "found_html", "hide_first", "respond",
-    "search", "search_for", "search_section", "serve", "shapes_examples", "write_caption",
+    "search", "search_for", "search_section", "serve", "shapes_examples", "shows_shapes",
+    "write_caption",
 ]

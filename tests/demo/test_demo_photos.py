@@ -114,6 +114,36 @@ def test_the_script_prints_the_skipped_file_and_serves_the_rest(photo_folder, tr
     assert "--examples: skipped c_alpha.png: cannot identify image file" in capsys.readouterr().err
 
 
+def test_a_model_trained_on_photos_shows_no_shapes(photo_folder, trained, capsys, monkeypatch,
+                                                    tmp_path):
+    """The shapes test pictures join the gallery of a model trained on them (or an export, which
+    does not say); one trained on photos shows its --examples alone, or says to pass them."""
+    import torch
+    from helpers import load_script
+
+    checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
+    checkpoint["datamodule_hyper_parameters"]["source"] = {
+        "class_path": "vitbert.data.Flickr30kSource", "init_args": {"root": "photos"}}
+    on_photos = tmp_path / "photos.ckpt"
+    torch.save(checkpoint, on_photos)
+    assert demo.shows_shapes(trained.ckpt) and demo.shows_shapes(trained.exported)
+    assert not demo.shows_shapes(on_photos)
+
+    script = load_script("demo")
+    served = {}
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(demo, "serve", lambda fill_mask, examples, **_: served.update(
+        examples=[example.label for example in examples]))
+    argv = ["--ckpt", str(on_photos), "--device", "cpu"]
+    assert script.main([*argv, "--examples", str(photo_folder)]) == 0
+    assert served["examples"] == ["a_small.jpg", "b_large.jpg", "c_alpha.png", "d_phone.jpg"]
+    capsys.readouterr()
+    assert script.main(argv) == 0
+    assert served["examples"] == []
+    assert "pass --examples DIR" in capsys.readouterr().err
+
+
 def test_an_upload_stored_sideways_is_answered_as_the_upright_photo(demo_fill_mask, tmp_path):
     """The page passes the uploaded file as it came; the answer must be the upright photo's.
 

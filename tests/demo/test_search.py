@@ -45,6 +45,17 @@ def test_search_over_the_examples_and_a_folder_matches_the_retriever(itc_export,
     assert demo.search(finder, "   ")[0].startswith("**Cannot search:** no sentence yet")
 
 
+def test_no_examples_and_no_folder_get_the_note(itc_export):
+    from vitbert import demo
+    from vitbert.predict import FillMask
+
+    finder = demo.search_for(FillMask.from_checkpoint(itc_export, device="cpu"), [])
+    assert finder.retriever is None and "pass" not in finder.where
+    assert demo.search(finder, "a red circle")[0] == (
+        "**Cannot search:** no photos to search: start the page with --images DIR (or "
+        "--examples DIR).")
+
+
 def test_a_folder_without_photos_stops_the_script(itc_export, tmp_path, capsys):
     from helpers import load_script
 
