@@ -487,7 +487,7 @@ def search_section(finder: Search) -> None:
     if finder.retriever is None:
         return
     with gr.Row():
-        query = gr.Textbox(label="Sentence", placeholder="a small red circle left of a blue square",
+        query = gr.Textbox(label="Sentence", placeholder="describe the photo you are looking for",
                            max_length=MAX_TEXT_CHARS, elem_id="search-text", scale=4)
         button = gr.Button("Find", variant="primary", elem_id="search", scale=1)
     status = gr.Markdown(elem_id="search-status")
