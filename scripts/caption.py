@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ckpt", required=True, type=Path,
                         help="the model: a .ckpt written by scripts/train.py or an exported folder")
     parser.add_argument("--method", choices=METHODS, default=None,
-                        help="default: greedy for one beam, beam for --num-beams > 1")
+                        help="default: greedy for one beam, beam for --num-beams > 1; "
+                             "mask-predict for a .ckpt trained without caption writing")
     parser.add_argument("--num-beams", type=int, default=1, help="beams (default 1)")
     parser.add_argument("--num-samples", type=int, default=15,
                         help="rerank: captions sampled beside the greedy one (default 15)")

@@ -7,12 +7,13 @@
 
 The result has the shape of the transformers ``image-to-text`` pipeline (a list of dicts per image,
 with ``generated_text``), plus ``caption`` and ``score`` (see :mod:`vitbert.decoding.generate`).
-Greedy and beam search need a model trained with the generation objective
-(a ``CaptionWriting`` objective); ``method="mask-predict"`` also writes with an MLM-only
-model. ``method="rerank"`` writes the greedy caption and ``num_samples`` sampled ones and returns
-them best first (:mod:`vitbert.decoding.rerank`; a model with contrastive heads): ``score``
-stays the caption's log-probability per piece; ``similarity`` (the contrastive cosine) and
-``likelihood`` (the pseudo-log-likelihood of its content pieces with the photo) are what order
+Greedy and beam search need a model trained with the generation objective (a ``CaptionWriting``
+objective); ``method="mask-predict"`` also writes with an MLM-only model, and is the default for a
+``.ckpt`` whose run had no such objective (left to right, such a model repeats a word to the
+longest caption). ``method="rerank"`` writes the greedy caption and ``num_samples`` sampled ones
+and returns them best first (:mod:`vitbert.decoding.rerank`; a model with contrastive heads):
+``score`` stays the caption's log-probability per piece; ``similarity`` (the contrastive cosine)
+and ``likelihood`` (the pseudo-log-likelihood of its content pieces with the photo) are what order
 them.
 """
 
@@ -32,6 +33,7 @@ from vitbert.decoding import (
     sample_and_rerank,
 )
 from vitbert.io import load_model
+from vitbert.io.files import load_tensors_file
 from vitbert.predict import ImageLike, PredictError, default_device, load_image
 
 Method = Literal["greedy", "beam", "mask-predict", "rerank"]
@@ -39,9 +41,15 @@ METHODS: tuple[str, ...] = ("greedy", "beam", "mask-predict", "rerank")
 
 
 class Captioner:
-    """Captions for photos, from a model on ``device`` in eval mode."""
+    """Captions for photos, from a model on ``device`` in eval mode.
 
-    def __init__(self, model, tokenizer, device: str | torch.device | None = None) -> None:
+    ``writes``: whether the model was trained to write left to right (None: not known, taken as
+    yes); a model that was not writes by Mask-Predict unless a ``method`` is asked for.
+    """
+
+    def __init__(self, model, tokenizer, device: str | torch.device | None = None,
+                 writes: bool | None = None) -> None:
+        self.writes = writes
         self.device = torch.device(device) if device is not None else default_device()
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -54,7 +62,7 @@ class Captioner:
         """From a Lightning ``.ckpt`` or an exported folder (raises ``CheckpointError``)."""
         device = torch.device(device) if device is not None else default_device()
         model, tokenizer = load_model(path, map_location=device)
-        return cls(model, tokenizer, device)
+        return cls(model, tokenizer, device, trained_to_write(path))
 
     def __call__(self, image: ImageLike | list[ImageLike] | None, num_beams: int = 1,
                  method: Method | None = None, max_new_tokens: int | None = None,
@@ -65,9 +73,10 @@ class Captioner:
 
         One image → that list; a list of images → a list of such lists, decoded as one batch.
         ``image=None`` writes from no image at all (the text-only control). ``method`` defaults to
-        greedy for one beam and beam search for more; ``num_samples`` is rerank's.
+        greedy for one beam and beam search for more (Mask-Predict for a model not trained to
+        write, :attr:`writes`); ``num_samples`` is rerank's.
         """
-        method = method or ("beam" if num_beams > 1 else "greedy")
+        method = method or self.default_method(num_beams)
         if method not in METHODS:
             raise PredictError(f"method={method!r}: use one of {', '.join(METHODS)}")
         if num_beams < 1 or num_samples < 1:
@@ -87,6 +96,12 @@ class Captioner:
                                num_return_sequences, num_samples)
         results = [[self._describe(g) for g in per_image] for per_image in found]
         return results[0] if single else results
+
+    def default_method(self, num_beams: int = 1) -> str:
+        """The method a call without one uses."""
+        if self.writes is False:
+            return "mask-predict"
+        return "beam" if num_beams > 1 else "greedy"
 
     @torch.inference_mode()
     def _generate(self, images: list, method: str, num_beams: int, max_new_tokens: int | None,
@@ -121,4 +136,20 @@ class Captioner:
         return described
 
 
-__all__ = ["METHODS", "Captioner", "Method"]
+def trained_to_write(path: str | Path) -> bool | None:
+    """Whether the run that wrote the ``.ckpt`` at ``path`` taught its model to write captions
+    left to right (its ``model.objectives``, or an older run's ``generation_probability``); None
+    for an exported folder, which does not say."""
+    if Path(path).is_dir():
+        return None
+    from vitbert.lit.objectives import build_objective, writes_captions
+
+    hparams = load_tensors_file(Path(path)).get("hyper_parameters", {})
+    if "objectives" in hparams:
+        return writes_captions([build_objective(spec) for spec in hparams["objectives"]])
+    if "generation_probability" in hparams:
+        return hparams["generation_probability"] > 0
+    return None
+
+
+__all__ = ["METHODS", "Captioner", "Method", "trained_to_write"]

@@ -405,13 +405,16 @@ def captioner_class():
 
 
 def write_caption(captioner, image, method: str) -> str:
-    """The caption hook's button: greedy (one beam) or beam search; never raises."""
+    """The caption hook's button: greedy (one beam) or beam search, or the captioner's own way
+    for a model not trained to write (Mask-Predict); the caption says which. Never raises."""
     if image is None:
         return "**Cannot caption:** no photo yet: upload one, or pick one from the gallery."
     try:
         size = getattr(captioner, "image_size", None)  # a Captioner's: read as trained
         photo = read_upload(image, size) if isinstance(image, (str, Path)) else image
-        best = captioner(photo, num_beams=1 if method == "greedy" else 3)[0]
+        beams = 1 if method == "greedy" else 3
+        best = captioner(photo, num_beams=beams)[0]
+        method = captioner.default_method(beams) if hasattr(captioner, "default_method") else method
     except DemoInputError as error:
         return f"**Cannot caption:** {error}"
     except Exception as error:  # the page's boundary

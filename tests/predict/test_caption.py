@@ -49,6 +49,31 @@ def test_a_list_of_images_is_one_batch_with_per_image_results(captioner, trained
     assert [b["score"] for b in beams] == sorted((b["score"] for b in beams), reverse=True)
 
 
+def test_a_model_not_trained_to_write_writes_by_mask_predict(trained, tmp_path):
+    """Its run's objectives say whether the model learnt to write left to right; a .ckpt without
+    caption writing (today's list, or an older run's generation_probability of 0) gets
+    Mask-Predict by default; an export, which does not say, and a writing run get greedy."""
+    from vitbert import Captioner
+    from vitbert.captioner import trained_to_write
+
+    checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
+    assert trained_to_write(trained.ckpt) is True and trained_to_write(trained.exported) is None
+    checkpoint["hyper_parameters"]["objectives"] = [
+        {"class_path": "vitbert.lit.objectives.MaskedLM", "init_args": {"weight": 1.0}},
+        {"class_path": "vitbert.lit.objectives.CaptionWriting", "init_args": {"probability": 0.0}}]
+    torch.save(checkpoint, tmp_path / "mlm.ckpt")
+    assert trained_to_write(tmp_path / "mlm.ckpt") is False
+    old = {"hyper_parameters": {"net": {}, "generation_probability": 0.0}}
+    torch.save(old, tmp_path / "old.ckpt")
+    assert trained_to_write(tmp_path / "old.ckpt") is False
+
+    mlm = Captioner.from_checkpoint(tmp_path / "mlm.ckpt", device="cpu")
+    assert mlm.default_method() == mlm.default_method(3) == "mask-predict"
+    assert mlm(trained.photo)[0] == mlm(trained.photo, method="mask-predict")[0]
+    assert Captioner.from_checkpoint(trained.ckpt, device="cpu").default_method() == "greedy"
+    assert Captioner.from_checkpoint(trained.exported, device="cpu").default_method(3) == "beam"
+
+
 def test_rerank_returns_the_candidates_by_similarity_and_likelihood(trained):
     from vitbert import Captioner
     from vitbert.io import load_model

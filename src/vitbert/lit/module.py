@@ -23,25 +23,15 @@ from vitbert.lit.conditions import read
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.objectives import (
     Batch,
-    CaptionWriting,
     MaskedLM,
     Objective,
     TrainingStep,
+    build_objective,
     tower_output,
+    writes_captions,
 )
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
 from vitbert.models import ConfigError, VitBert, VitBertConfig
-
-
-def build_objective(spec: Objective | dict) -> Objective:
-    """An objective, or one from its ``{"class_path", "init_args"}`` (as a checkpoint has it)."""
-    if isinstance(spec, Objective):
-        return spec
-    from jsonargparse import ArgumentParser
-
-    parser = ArgumentParser(exit_on_error=False)
-    parser.add_argument("--objective", type=Objective)
-    return parser.instantiate_classes(parser.parse_object({"objective": spec})).objective
 
 
 class MaskedLMModule(L.LightningModule):
@@ -141,7 +131,7 @@ class MaskedLMModule(L.LightningModule):
     def writes_captions(self) -> bool:
         """Whether an objective teaches the model to write captions (the caption figures are then
         written at validation and test)."""
-        return any(isinstance(o, CaptionWriting) and o.probability for o in self.objectives)
+        return writes_captions(self.objectives)
 
     @property
     def total_steps(self) -> int:

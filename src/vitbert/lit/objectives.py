@@ -172,6 +172,23 @@ class Objective:
         return f"{type(self).__name__}({args})"
 
 
+def build_objective(spec: Objective | dict) -> Objective:
+    """An objective, or one from its ``{"class_path", "init_args"}`` (as a checkpoint has it)."""
+    if isinstance(spec, Objective):
+        return spec
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument("--objective", type=Objective)
+    return parser.instantiate_classes(parser.parse_object({"objective": spec})).objective
+
+
+def writes_captions(objectives: list[Objective]) -> bool:
+    """Whether these objectives teach the model to write captions left to right (a
+    :class:`CaptionWriting` on a share of the batches above 0)."""
+    return any(isinstance(o, CaptionWriting) and o.probability for o in objectives)
+
+
 # ----------------------------------------------------------------------------- the objectives
 
 
