@@ -3,8 +3,9 @@
 
 The folder needs neither Lightning nor pickle to load (``FillMask.from_checkpoint(folder)``,
 ``vitbert.io.load_model(folder)``) and can be given to ``--model.init_from`` to fine-tune. It
-holds every trained weight: the network and the training heads (the word detector, the matching
-head) the run had, so a fine-tune from it starts them from what they learnt; it prints what went in.
+holds every trained weight: the network and the training heads (the word detector) the run had,
+so a fine-tune from it starts them from what they learnt; it prints what went in. Its weights file
+also says whether the run taught the model to write captions (the Captioner's default method).
 
     python scripts/export.py --ckpt runs/latest/checkpoints/last.ckpt --out exported/
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vitbert.captioner import export_metadata
 from vitbert.io import CheckpointError, export_and_describe
 
 
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        folder, contents = export_and_describe(args.ckpt, args.out)
+        folder, contents = export_and_describe(args.ckpt, args.out, export_metadata(args.ckpt))
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

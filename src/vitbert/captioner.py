@@ -33,11 +33,13 @@ from vitbert.decoding import (
     sample_and_rerank,
 )
 from vitbert.io import load_model
-from vitbert.io.files import load_tensors_file
+from vitbert.io.files import WEIGHTS_FILE, load_tensors_file
 from vitbert.predict import ImageLike, PredictError, default_device, load_image
 
 Method = Literal["greedy", "beam", "mask-predict", "rerank"]
 METHODS: tuple[str, ...] = ("greedy", "beam", "mask-predict", "rerank")
+# An exported model's weights file says whether its run taught it to write ("true" / "false").
+WRITES_KEY = "writes_captions"
 
 
 class Captioner:
@@ -137,11 +139,16 @@ class Captioner:
 
 
 def trained_to_write(path: str | Path) -> bool | None:
-    """Whether the run that wrote the ``.ckpt`` at ``path`` taught its model to write captions
-    left to right (its ``model.objectives``, or an older run's ``generation_probability``); None
-    for an exported folder, which does not say."""
+    """Whether the run that wrote ``path`` taught its model to write captions left to right: a
+    ``.ckpt``'s ``model.objectives`` (or an older run's ``generation_probability``) say, and an
+    exported folder's weights file when ``scripts/export.py`` wrote it (:data:`WRITES_KEY` in its
+    header); None when the file does not say."""
     if Path(path).is_dir():
-        return None
+        from safetensors import safe_open
+
+        with safe_open(Path(path) / WEIGHTS_FILE, "pt") as weights:
+            said = (weights.metadata() or {}).get(WRITES_KEY)
+        return None if said is None else said == "true"
     from vitbert.lit.objectives import build_objective, writes_captions
 
     hparams = load_tensors_file(Path(path)).get("hyper_parameters", {})
@@ -152,4 +159,14 @@ def trained_to_write(path: str | Path) -> bool | None:
     return None
 
 
-__all__ = ["METHODS", "Captioner", "Method", "trained_to_write"]
+def export_metadata(checkpoint: str | Path) -> dict[str, str]:
+    """What ``scripts/export.py`` writes into the exported weights' header: :data:`WRITES_KEY`,
+    when the checkpoint says."""
+    try:
+        writes = trained_to_write(checkpoint)
+    except Exception:  # not a readable checkpoint: the export that follows says why, in one line
+        return {}
+    return {} if writes is None else {WRITES_KEY: "true" if writes else "false"}
+
+
+__all__ = ["METHODS", "WRITES_KEY", "Captioner", "Method", "export_metadata", "trained_to_write"]

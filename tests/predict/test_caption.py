@@ -74,6 +74,25 @@ def test_a_model_not_trained_to_write_writes_by_mask_predict(trained, tmp_path):
     assert Captioner.from_checkpoint(trained.exported, device="cpu").default_method(3) == "beam"
 
 
+def test_scripts_export_says_whether_the_model_writes(trained, tmp_path, capsys):
+    """scripts/export.py writes the fact into the weights' header, so an export of an MLM-only
+    run also writes by Mask-Predict."""
+    from vitbert import Captioner
+    from vitbert.captioner import trained_to_write
+
+    checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
+    mlm_only = [{"class_path": "vitbert.lit.objectives.MaskedLM"}]
+    checkpoint["hyper_parameters"]["objectives"] = mlm_only
+    torch.save(checkpoint, tmp_path / "mlm.ckpt")
+    export = load_script("export")
+    for ckpt, writes in ((trained.ckpt, True), (tmp_path / "mlm.ckpt", False)):
+        out = tmp_path / f"export-{writes}"
+        assert export.main(["--ckpt", str(ckpt), "--out", str(out)]) == 0
+        assert trained_to_write(out) is writes
+    assert Captioner.from_checkpoint(tmp_path / "export-False").default_method() == "mask-predict"
+    assert trained_to_write(trained.exported) is None  # exported by the API, not the script
+
+
 def test_rerank_returns_the_candidates_by_similarity_and_likelihood(trained):
     from vitbert import Captioner
     from vitbert.io import load_model

@@ -217,11 +217,12 @@ def _read_exported(folder: Path) -> StoredModel:
     return StoredModel(config, state_dict, tokenizer_json, str(folder), heads, ignored)
 
 
-def safetensors_bytes(state: dict[str, Tensor]) -> bytes:
-    """``state`` as a ``.safetensors`` file's bytes, marked as PyTorch's (``format: pt``)."""
+def safetensors_bytes(state: dict[str, Tensor], metadata: dict[str, str] | None = None) -> bytes:
+    """``state`` as a ``.safetensors`` file's bytes, marked as PyTorch's (``format: pt``), with
+    ``metadata`` (text) in its header."""
     from safetensors.torch import save
 
-    return save(state, metadata={"format": "pt"})
+    return save(state, metadata={"format": "pt", **(metadata or {})})
 
 
 def write_shared(path: str | Path, data: str | bytes) -> Path:
@@ -231,11 +232,14 @@ def write_shared(path: str | Path, data: str | bytes) -> Path:
 
 
 def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | None = None,
-                   heads: dict[str, Tensor] | None = None) -> Path:
+                   heads: dict[str, Tensor] | None = None,
+                   metadata: dict[str, str] | None = None) -> Path:
     """``model.safetensors`` + ``config.json`` (+ ``tokenizer.json``), the tied matrix once.
 
     ``heads`` (named as in a checkpoint, :data:`HEADS`) are stored beside the network's tensors:
     a fine-tune from the folder starts them from what they learnt, as from the checkpoint.
+    ``metadata``: facts about the training run, in the weights file's header (how it was trained,
+    which the config does not say: ``vitbert.captioner.WRITES_KEY``).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -243,7 +247,7 @@ def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | N
         folder.chmod(_SHARED_FOLDER_MODE)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != TIED_KEY}
     state |= {k: v.detach().contiguous() for k, v in (heads or {}).items()}
-    files = {WEIGHTS_FILE: safetensors_bytes(state),
+    files = {WEIGHTS_FILE: safetensors_bytes(state, metadata),
              CONFIG_FILE: json.dumps(model.config.to_dict(), indent=2) + "\n"}
     if tokenizer_json is not None:
         files[TOKENIZER_FILE] = tokenizer_json

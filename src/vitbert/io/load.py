@@ -53,18 +53,20 @@ def load_network(path: str | Path, map_location: str | torch.device = "cpu") -> 
     return build_model(VitBert, read_checkpoint(path), map_location)
 
 
-def export(checkpoint: str | Path, out: str | Path) -> Path:
-    """Write the shareable folder: safetensors weights (the network and every trained head),
-    config.json and tokenizer.json."""
-    return export_and_describe(checkpoint, out)[0]
+def export(checkpoint: str | Path, out: str | Path, metadata: dict[str, str] | None = None
+           ) -> Path:
+    """Write the shareable folder: safetensors weights (the network and every trained head, and
+    ``metadata`` in the header), config.json and tokenizer.json."""
+    return export_and_describe(checkpoint, out, metadata)[0]
 
 
-def export_and_describe(checkpoint: str | Path, out: str | Path) -> tuple[Path, str]:
+def export_and_describe(checkpoint: str | Path, out: str | Path,
+                        metadata: dict[str, str] | None = None) -> tuple[Path, str]:
     """:func:`export`, and a line saying what went into the folder (scripts/export.py prints
     it)."""
     stored = read_checkpoint(checkpoint)
     model, tokenizer = model_of(stored, checkpoint)
-    folder = write_exported(model, out, tokenizer_to_json(tokenizer), stored.heads)
+    folder = write_exported(model, out, tokenizer_to_json(tokenizer), stored.heads, metadata)
     return folder, _export_contents(model, stored)
 
 
