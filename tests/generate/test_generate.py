@@ -1,6 +1,8 @@
-"""Decoding: the cache changes nothing, one beam is greedy, Mask-Predict fills every [MASK],
-sampling draws from the model's distribution, reranking orders by the contrastive score plus the
-pseudo-log-likelihood."""
+"""Decoding: the cache changes nothing, one beam is greedy, Mask-Predict fills every [MASK] and
+never writes a piece twice in a row, sampling draws from the model's distribution, reranking orders
+by the contrastive score plus the pseudo-log-likelihood."""
+
+import itertools
 
 import pytest
 import torch
@@ -117,6 +119,28 @@ def test_mask_predict_fills_every_mask(model, images):
         assert not set(g.token_ids) & {0, 1, 2, 3, 4}
     (no_image,) = mask_predict(model, TOKENS, None, lengths=(3,), iterations=2)  # one caption
     assert len(no_image.token_ids) == 3 and TOKENS.mask not in no_image.token_ids
+
+
+class OneWordModel(torch.nn.Module):
+    """Sure of one word only: at every position piece 7 is likeliest, then 8, then 9, whatever
+    it reads (an MLM that has not found the caption)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(()))  # a device to run on
+        self.config = VitBertConfig(text=TextTowerConfig(max_len=12))
+
+    def forward(self, ids: Tensor, keep: Tensor, photos=None) -> Tensor:
+        logits = torch.full((*ids.shape, 30), -5.0)  # (B, T, V)
+        logits[..., 7], logits[..., 8], logits[..., 9] = 3.0, 2.0, 1.0
+        return logits
+
+
+def test_mask_predict_never_writes_a_piece_twice_in_a_row():
+    (found,) = mask_predict(OneWordModel(), TOKENS, None, lengths=(6,), iterations=3)
+    pieces = found.token_ids
+    assert len(pieces) == 6 and all(a != b for a, b in itertools.pairwise(pieces)), pieces
+    assert set(pieces) == {7, 8}  # the next best where the best would repeat: still likely
 
 
 def test_cached_and_uncached_sampling_draw_the_same_and_a_seed_repeats(model, images):
