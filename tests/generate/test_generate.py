@@ -131,13 +131,16 @@ class OneWordModel(torch.nn.Module):
         self.config = VitBertConfig(text=TextTowerConfig(max_len=12))
 
     def forward(self, ids: Tensor, keep: Tensor, photos=None) -> Tensor:
+        self.grad_enabled = torch.is_grad_enabled()
         logits = torch.full((*ids.shape, 30), -5.0)  # (B, T, V)
         logits[..., 7], logits[..., 8], logits[..., 9] = 3.0, 2.0, 1.0
         return logits
 
 
 def test_mask_predict_never_writes_a_piece_twice_in_a_row():
-    (found,) = mask_predict(OneWordModel(), TOKENS, None, lengths=(6,), iterations=3)
+    model = OneWordModel()
+    (found,) = mask_predict(model, TOKENS, None, lengths=(6,), iterations=3)
+    assert not model.grad_enabled  # decoding builds no autograd graph
     pieces = found.token_ids
     assert len(pieces) == 6 and all(a != b for a, b in itertools.pairwise(pieces)), pieces
     assert set(pieces) == {7, 8}  # the next best where the best would repeat: still likely

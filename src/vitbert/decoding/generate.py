@@ -296,19 +296,6 @@ def beam_search(model, tokens: CaptionTokens, images: Tensor | None, num_beams: 
 
 
 @torch.no_grad()
-def _forbid_neighbours(log_probs: Tensor, pieces: Tensor, rows: Tensor, mask: int) -> None:
-    """In place: at the positions ``rows`` (B, N) bool, the pieces their neighbours in ``pieces``
-    (B, N) hold (not [MASK]) become impossible. An MLM unsure of a span gives every position of
-    it the same likely word ("a dog dog is"), and Mask-Predict would keep it: on the Flickr8k
-    recipe's model, 85 of 200 dev captions repeated a word, none since (docs/captions.md)."""
-    for shift, edge in ((1, 0), (-1, -1)):  # the left neighbour, then the right
-        neighbour = pieces.roll(shift, dims=1)  # (B, N)
-        known = rows & (neighbour != mask)
-        known[:, edge] = False  # position 0 has no left neighbour here, the last no right one
-        b, n = known.nonzero(as_tuple=True)
-        log_probs[b, n, neighbour[b, n]] = NEG_INF
-
-
 def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
                  lengths: Sequence[int] = (8, 10, 12, 14), iterations: int = 6
                  ) -> list[Generated]:
@@ -316,8 +303,8 @@ def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
 
     For each N in ``lengths``: ``[CLS] [MASK]×N [SEP]``; predict every [MASK]; then ``iterations
     - 1`` times re-mask the N·(T - i)/T least confident pieces and predict those again. A piece's
-    confidence is its probability when it was last predicted. No piece is written twice in a row
-    (:func:`_forbid_neighbours`).
+    confidence is its probability when it was last predicted. No piece is written twice in a
+    row.
     """
     photos = None if images is None else model.photos(images)  # the tower runs once
     B = 1 if images is None else len(images)
@@ -334,18 +321,19 @@ def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
             logits = model(ids, keep, photos)[:, 1:-1]  # (B, N, V)
             log_probs = logits.float().log_softmax(dim=-1)
             log_probs[..., [*tokens.banned, tokens.sep]] = NEG_INF
-            _forbid_neighbours(log_probs, ids[:, 1:-1], hidden, tokens.mask)
-            score, piece = log_probs.max(dim=-1)  # (B, N)
-            filled = torch.where(hidden, piece, ids[:, 1:-1])  # (B, N)
-            # Filled at once, hidden neighbours may take the same piece: left to right, one that
-            # repeats the piece before it takes its next best.
-            for t in range(1, N):
-                twin = hidden[:, t] & (filled[:, t] == filled[:, t - 1])  # (B,)
-                if twin.any():
-                    log_probs[twin, t, filled[twin, t - 1]] = NEG_INF
-                    score[twin, t], filled[twin, t] = log_probs[twin, t].max(dim=-1)
-            ids[:, 1:-1] = filled
-            confidence = torch.where(hidden, score, confidence)
+            # Left to right, each hidden piece is the likeliest that repeats neither the piece
+            # before it (known, or filled a moment ago) nor a known one after it. An MLM unsure
+            # of a span gives every position of it the same word ("a dog dog is"): on the
+            # Flickr8k recipe's model 85 of 200 dev captions did, none since (docs/real-photos.md).
+            pieces = ids[:, 1:-1]  # (B, N), a view: filled in place
+            for t in range(N):
+                rows = hidden[:, t]  # (B,)
+                if t > 0:
+                    log_probs[rows, t, pieces[rows, t - 1]] = NEG_INF
+                if t + 1 < N:
+                    known = rows & ~hidden[:, t + 1]
+                    log_probs[known, t, pieces[known, t + 1]] = NEG_INF
+                confidence[rows, t], pieces[rows, t] = log_probs[rows, t].max(dim=-1)
             remask = N * (iterations - 1 - i) // iterations
             if remask == 0:
                 break
