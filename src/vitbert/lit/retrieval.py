@@ -46,23 +46,18 @@ def image_to_text_recall(scores: Tensor, caption_image: Tensor, ks: Sequence[int
     return {k: hit[:, :k].any(dim=1).float().mean().item() for k in ks}
 
 
-def figures(text_to_image: dict[int, float], image_to_text: dict[int, float], suffix: str = ""
-            ) -> dict[str, float]:
-    """{``text_to_image_r1``…, ``image_to_text_r10``, ``rsum``} (``suffix`` appended to each):
-    recalls as shares in [0, 1], rsum in percent points (the six summed, papers' scale)."""
-    out = {f"{name}_r{k}{suffix}": value
-           for name, recall in zip(DIRECTIONS, (text_to_image, image_to_text), strict=True)
-           for k, value in recall.items()}
-    out[f"rsum{suffix}"] = 100 * sum(text_to_image.values()) + 100 * sum(image_to_text.values())
-    return out
-
-
 def recall_at_k(similarity: Tensor, caption_image_index: Tensor, ks: Sequence[int] = KS
                 ) -> dict[str, float]:
     """Both directions from one score matrix ``similarity`` (C captions, I photos) and each
-    caption's photo ``caption_image_index`` (C,): :func:`figures`."""
-    return figures(text_to_image_recall(similarity, caption_image_index, ks),
-                   image_to_text_recall(similarity.T, caption_image_index, ks))
+    caption's photo ``caption_image_index`` (C,): {``text_to_image_r1``…, ``image_to_text_r10``,
+    ``rsum``}, recalls as shares in [0, 1], rsum in percent points (the six summed, papers'
+    scale)."""
+    recalls = (text_to_image_recall(similarity, caption_image_index, ks),
+               image_to_text_recall(similarity.T, caption_image_index, ks))
+    out = {f"{name}_r{k}": value for name, recall in zip(DIRECTIONS, recalls, strict=True)
+           for k, value in recall.items()}
+    out["rsum"] = 100 * sum(recalls[0].values()) + 100 * sum(recalls[1].values())
+    return out
 
 
 @torch.no_grad()
@@ -73,8 +68,7 @@ def embed(net, images: Tensor, input_ids: Tensor, attention_mask: Tensor, batch_
     device = next(net.parameters()).device
     photos, texts = [], []
     for start in range(0, len(images), batch_size):
-        out = net.tower_tokens(images[start:start + batch_size].to(device))  # (b, N, D_img)
-        photos.append(net.embed_image_tokens(out))
+        photos.append(net.embed_images(images[start:start + batch_size].to(device)))
     for start in range(0, len(input_ids), batch_size):
         rows = slice(start, start + batch_size)
         texts.append(net.embed_texts(input_ids[rows].to(device), attention_mask[rows].to(device)))
@@ -93,7 +87,7 @@ class RetrievalSplit(NamedTuple):
 @torch.no_grad()
 def retrieval_scores(net, split: RetrievalSplit, ks: Sequence[int] = KS, batch_size: int = 256
                      ) -> dict[str, float]:
-    """R@k both ways and rsum (:func:`figures`) of the ``split``'s photos against its captions,
+    """R@k both ways and rsum (:func:`recall_at_k`) of the ``split``'s photos against its captions,
     every pair by the contrastive score; also ``images`` and ``captions``, the counts (chance is
     k / images)."""
     images, input_ids, attention_mask, caption_image = split
