@@ -151,7 +151,7 @@ def trained_to_write(path: str | Path) -> bool | None:
         return None if said is None else said == "true"
     from vitbert.lit.objectives import build_objective, writes_captions
 
-    hparams = load_tensors_file(Path(path)).get("hyper_parameters", {})
+    hparams = load_tensors_file(Path(path), mmap=True).get("hyper_parameters", {})
     if "objectives" in hparams:
         return writes_captions([build_objective(spec) for spec in hparams["objectives"]])
     if "generation_probability" in hparams:

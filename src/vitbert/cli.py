@@ -190,7 +190,7 @@ class VitBertCLI(ProjectCLI):
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not path or not Path(path).is_file():
             return
-        hparams = load_tensors_file(Path(path)).get("hyper_parameters", {})
+        hparams = load_tensors_file(Path(path), mmap=True).get("hyper_parameters", {})
         hparams.pop("_instantiator", None)
         if not hparams:
             return

@@ -87,7 +87,7 @@ def shows_shapes(ckpt: str | Path) -> bool:
 
     if Path(ckpt).is_dir():
         return True
-    data = load_tensors_file(Path(ckpt)).get("datamodule_hyper_parameters") or {}
+    data = load_tensors_file(Path(ckpt), mmap=True).get("datamodule_hyper_parameters") or {}
     source = (data.get("source") or {}).get("class_path", "vitbert.shapes")
     return source.startswith("vitbert.shapes")
 

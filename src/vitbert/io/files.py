@@ -172,10 +172,12 @@ def stored_tokenizer(checkpoint: dict[str, Any], tokenizer=None):
     return tokenizer
 
 
-def load_tensors_file(path: Path) -> Any:
-    """``torch.load`` of a pickle that may hold only tensors and plain values, on the CPU."""
+def load_tensors_file(path: Path, mmap: bool = False) -> Any:
+    """``torch.load`` of a pickle that may hold only tensors and plain values, on the CPU.
+    ``mmap``: the tensors stay in the file until read, for a caller that wants the settings
+    beside them (a checkpoint's hyperparameters) without reading every weight."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         raise CheckpointError(
             f"{path}: refused, its pickle holds more than tensors and plain values (loading it "
