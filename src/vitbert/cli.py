@@ -27,12 +27,13 @@ from lightning.pytorch.cli import LightningCLI
 from vitbert.cli_errors import check_ckpt_path, check_image_weights, explain
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.io import CheckpointError
+from vitbert.io.bert import bert_folder, text_tower_config
 from vitbert.io.files import load_tensors_file
 from vitbert.lit.binding import BindingEvaluation
 from vitbert.lit.evaluation import CaptionEvaluation
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.retrieval import RetrievalEvaluation
-from vitbert.models import VitBertConfig
+from vitbert.models import TextTowerConfig, VitBertConfig
 from vitbert.run.checkpoints import LastCheckpoint, ResumeState
 from vitbert.run.console import LogProgress, ParameterCount, ValidationSummary
 from vitbert.run.predictions import PredictionWriter
@@ -213,6 +214,20 @@ class VitBertCLI(ProjectCLI):
                           f"was trained with; ignored: {'; '.join(replaced)}. To train with "
                           f"other settings from its weights, start a new run with "
                           f"--model.init_from instead of --ckpt_path", stacklevel=2)
+
+    def before_instantiate_classes(self) -> None:
+        """A pretrained BERT (``model.net.text.pretrained``) brings its architecture and its
+        tokenizer: both are read from its folder before the model and the data are built, so
+        the one setting is enough (the run's config and checkpoints then hold them)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        text = config.model.net.text
+        if not text.pretrained:
+            return
+        resolved = text_tower_config(text.pretrained, TextTowerConfig(**text.as_dict()))
+        for name in ("dim", "depth", "num_heads", "mlp_ratio", "norm_eps", "layout"):
+            setattr(text, name, getattr(resolved, name))
+        if config.data.tokenizer is None:
+            config.data.tokenizer = str(bert_folder(text.pretrained))
 
     def before_fit(self) -> None:
         self._load_weights_only()

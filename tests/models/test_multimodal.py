@@ -21,16 +21,16 @@ def test_tie_after_construction(model):
     assert "mlm_head.decoder.bias" in names
 
 
-def test_tie_after_load_state_dict(model, tiny_config):
-    other = VitBert(tiny_config())
+def test_tie_after_load_state_dict(model):
+    other = VitBert(model.config)
     other.load_state_dict(model.state_dict())
     assert _tied(other)
     torch.testing.assert_close(other.text.embeddings.word.weight, model.text.embeddings.word.weight)
 
 
-def test_tie_after_assign_load_and_meta_construction(model, tiny_config):
+def test_tie_after_assign_load_and_meta_construction(model):
     with torch.device("meta"):
-        other = VitBert(tiny_config())
+        other = VitBert(model.config)
     other.load_state_dict(model.state_dict(), assign=True)  # replaces Parameters; hook re-ties
     assert _tied(other)
     other.mlm_head.decoder.weight = torch.nn.Parameter(other.mlm_head.decoder.weight.clone())
@@ -156,9 +156,9 @@ def test_uint8_and_unit_float_pixels_agree(model, batch):
                                    model.image_tokens(model.photos(images.float() / 255)))
 
 
-def test_bf16_autocast_is_finite_and_trains(batch, tiny_config):
+def test_bf16_autocast_is_finite_and_trains(batch, model):
     input_ids, attention_mask, images, target_mask = batch
-    model = VitBert(tiny_config(image_tokens="patches"))
+    model.train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(input_ids, attention_mask, model.photos(images), target_mask=target_mask)
     assert torch.isfinite(logits).all()

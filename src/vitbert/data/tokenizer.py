@@ -108,7 +108,12 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     if not path.is_file():
         raise FileNotFoundError(f"tokenizer file {path} does not exist")
     if path.suffix == ".json":
-        return _wrap(Tokenizer.from_file(str(path)), str(path))
+        tok = Tokenizer.from_file(str(path))
+        # A released BERT's file may pad and cut every text to a fixed length (all-MiniLM-L6-v2:
+        # 128); the collator pads each batch to its longest caption and cuts at max_length.
+        tok.no_padding()
+        tok.no_truncation()
+        return _wrap(tok, str(path))
     # A vocab.txt: BERT's released vocabularies; pieces carry the "##" prefix.
     tok = Tokenizer(models.WordPiece.from_file(str(path), unk_token=UNK))
     return _wrap(_set_pipeline(tok), str(path))

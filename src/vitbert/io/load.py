@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
+from vitbert.io.bert import load_text_weights
 from vitbert.io.files import (
     HEADS,
     TIED_KEY,
@@ -92,12 +93,14 @@ def initialize(net: VitBert, init_from: str | Path | None = None, tokenizer=None
     ``init_from`` (a ``.ckpt`` or exported folder) gives every weight it can, rows matched by
     token text, into ``net`` and into the training ``heads`` this run trains (name → head); the
     report names every tensor copied, not used, or left as initialised.
-    Otherwise ``net.config.image.pretrained`` (timm name or file) gives the image tower's. A
+    Otherwise ``net.config.image.pretrained`` (timm name or file) gives the image tower's and
+    ``net.config.text.pretrained`` (a BERT folder or hub name) the text tower's. A
     resumed run, or a model loaded to predict, takes its weights from its own file.
     """
     if init_from:
         report = transfer_weights(net, read_checkpoint(init_from), tokenizer, heads=heads)
         return f"Fine-tuning {report}"
-    if net.config.image.pretrained:
-        return f"Image tower {load_image_weights(net.image_tower, net.config.image.pretrained)}"
-    return None
+    image, text = net.config.image.pretrained, net.config.text.pretrained
+    reports = ([f"Image tower {load_image_weights(net.image_tower, image)}"] if image else []) + (
+        [f"Text tower {load_text_weights(net, text)}"] if text else [])
+    return "\n".join(reports) or None

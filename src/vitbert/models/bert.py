@@ -6,6 +6,11 @@ vocabulary at the top (``logits = h Eᵀ + b``). Every row of E then gets a grad
 model has V·D fewer parameters. The tie is by Parameter identity: ``decoder.weight`` IS
 ``embeddings.word.weight``; anything that replaces Parameters (``load_state_dict(assign=True)``,
 ``to_empty`` after the meta device) breaks it, so the owner re-ties after every load.
+
+Two layouts (``TextTowerConfig.layout``): ``pre-norm``, the project's own, trained from scratch;
+and ``bert``, BERT's, so a pretrained BERT's weights load one to one (:mod:`vitbert.io.bert`):
+post-norm blocks, and a LayerNorm over word + position + token type. The modality embedding is
+BERT's token-type table: words are segment A, image tokens segment B.
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ class TextEmbeddings(nn.Module):
 
     Image tokens take the modality row only, no text position: the words are numbered from 0
     whether or not an image precedes them, so a caption reads the same with the image blocked
-    as with no image at all.
+    as with no image at all. With ``norm`` (BERT's layout) the sum is LayerNorm'd, image tokens
+    too: they join the sequence as tokens of the second segment.
     """
 
-    def __init__(self, vocab_size: int, dim: int, max_len: int, dropout: float = 0.0) -> None:
+    def __init__(self, vocab_size: int, dim: int, max_len: int, dropout: float = 0.0,
+                 norm: bool = False, norm_eps: float = 1e-12) -> None:
         super().__init__()
         # No ``padding_idx``: padded keys are masked out, and the tied decoder trains every row.
         self.word = nn.Embedding(vocab_size, dim)
         self.position = nn.Embedding(max_len, dim)
         self.modality = nn.Embedding(2, dim)
+        self.norm = nn.LayerNorm(dim, eps=norm_eps) if norm else nn.Identity()
         self.drop = nn.Dropout(dropout)
 
     def forward(self, input_ids: Tensor, start: int = 0) -> Tensor:
@@ -45,21 +53,24 @@ class TextEmbeddings(nn.Module):
             raise ValueError(f"{T} tokens exceed max_len={self.position.num_embeddings}")
         positions = torch.arange(start, T, device=input_ids.device)
         x = self.word(input_ids) + self.position(positions) + self.modality.weight[WORD]
-        return self.drop(x)  # (B, T, D)
+        return self.drop(self.norm(x))  # (B, T, D)
 
     def image(self, tokens: Tensor) -> Tensor:
         """(B, N, D) projected image tokens → the same, marked as image tokens."""
-        return self.drop(tokens + self.modality.weight[IMAGE])
+        return self.drop(self.norm(tokens + self.modality.weight[IMAGE]))
 
 
 class TextTower(nn.Module):
-    """Embeddings and the pre-norm encoder; the joint model feeds it [image tokens; words]."""
+    """Embeddings and the encoder; the joint model feeds it [image tokens; words]."""
 
     def __init__(self, cfg: TextTowerConfig, vocab_size: int) -> None:
         super().__init__()
-        self.embeddings = TextEmbeddings(vocab_size, cfg.dim, cfg.max_len, cfg.dropout)
+        bert = cfg.layout == "bert"
+        self.embeddings = TextEmbeddings(vocab_size, cfg.dim, cfg.max_len, cfg.dropout,
+                                         norm=bert, norm_eps=cfg.norm_eps)
         block = BlockConfig(cfg.dim, cfg.num_heads, cfg.mlp_ratio, drop=cfg.dropout,
-                            attn_drop=cfg.dropout, drop_path=cfg.drop_path, norm_eps=cfg.norm_eps)
+                            attn_drop=cfg.dropout, drop_path=cfg.drop_path, norm_first=not bert,
+                            norm_eps=cfg.norm_eps)
         self.encoder = Encoder(block, cfg.depth)
 
 

@@ -106,12 +106,23 @@ class ImageTowerConfig(TowerConfig):
 
 @dataclass
 class TextTowerConfig(TowerConfig):
-    """The BERT: its encoder stack, the longest caption in word pieces, dropout."""
+    """The BERT: its encoder stack, the longest caption in word pieces, dropout, and the
+    pretrained BERT it may start from."""
 
     max_len: int = 32
     """Longest caption in word pieces, [CLS] and [SEP] included (rows of the position table)."""
     dropout: float = 0.0
     """Dropout on the embeddings, the attention weights and the block outputs."""
+    layout: Literal["pre-norm", "bert"] = "pre-norm"
+    """``pre-norm``: ``x + Attn(LN(x))`` blocks and a final LayerNorm (ViT, ModernBERT), which
+    train stably from scratch; ``bert``: BERT's own layout, post-norm blocks ``LN(x + Attn(x))``
+    and a LayerNorm over the summed embeddings, which a pretrained BERT's weights need."""
+    pretrained: str | None = None
+    """A BERT to start from: a folder of transformers' files (``config.json`` and
+    ``model.safetensors`` or ``pytorch_model.bin``, with its ``vocab.txt`` or ``tokenizer.json``)
+    or a Hugging Face hub name (needs the hub). Its config.json sets the width, depth, heads, MLP
+    width and LayerNorm epsilon (layout ``bert``), its tokenizer is the data's, and its weights
+    are loaded when a fresh run starts (:mod:`vitbert.io.bert`); null = trained from scratch."""
 
 
 class NetworkExtension:

@@ -3,7 +3,8 @@
 Pre-norm (ViT, ModernBERT): ``x = x + Attn(LN(x)); x = x + MLP(LN(x))``, and a final LayerNorm
 after the stack. The residual path from input to output is never normalised, so gradients reach
 the first block undiminished and deep stacks train without a warm-up crutch. Post-norm
-(``LN(x + Attn(x))``, the original Transformer and BERT) is kept only for comparison experiments.
+(``LN(x + Attn(x))``, the original Transformer and BERT) is the layout of a pretrained BERT's
+weights, which the text tower loads in that layout (``TextTowerConfig.layout``).
 """
 
 from __future__ import annotations
