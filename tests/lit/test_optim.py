@@ -108,3 +108,20 @@ def test_fractional_warmup_is_a_share_of_total_steps():
     schedule = warmup_cosine(optimizer, config, total_steps=200)
     assert schedule.lr_lambdas[0](20) == pytest.approx(1.0)
     assert schedule.lr_lambdas[0](10) == pytest.approx(0.5)
+
+
+def test_a_pretrained_text_tower_learns_at_its_own_rate_and_the_new_parts_at_the_peak(
+        tiny_config):
+    """The text tower (embeddings, tied decoder matrix, encoder) at lr × text_tower_lr_mult;
+    what is new around it (projector, MLM head's transform and bias) at the peak."""
+    from vitbert.models import VitBert
+
+    net = VitBert(tiny_config())
+    config = OptimizerConfig(lr=1e-3, text_tower_lr_mult=0.05)
+    lrs = {p: g["lr"] for g in build_optimizer(net, config).param_groups for p in g["params"]}
+    assert lrs[net.text.embeddings.word.weight] == pytest.approx(5e-5)
+    assert lrs[net.mlm_head.decoder.weight] == pytest.approx(5e-5)  # the same Parameter
+    assert lrs[net.text.encoder.blocks[0].attn.qkv.weight] == pytest.approx(5e-5)
+    for fresh in (net.projector.proj.weight, net.mlm_head.dense.weight, net.mlm_head.decoder.bias,
+                  net.image_tower.patch_embed.proj.weight):
+        assert lrs[fresh] == pytest.approx(1e-3)

@@ -2,8 +2,9 @@
 
 Weight decay pulls weights towards zero; that is right for the matrices of linear layers and
 wrong for LayerNorm gains, biases, embedding tables, position tables and class tokens, whose
-"zero" is not a neutral value. Learning rates differ by part: a pretrained image tower wants a
-gentler rate than freshly initialised layers.
+"zero" is not a neutral value. Learning rates differ by part: a pretrained tower wants a gentler
+rate than the freshly initialised layers around it (the projector, the heads), which must learn
+from nothing in the same steps.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class OptimizerConfig:
         warmup_steps: linear warmup from 0; 0 or a fraction < 1 of the total steps is allowed.
         min_lr_ratio: the cosine decays to ``lr * min_lr_ratio`` at the last step.
         image_tower_lr_mult: learning-rate factor for the image tower (e.g. 0.1 when pretrained).
+        text_tower_lr_mult: learning-rate factor for the text tower (its embeddings, the tied
+            decoder matrix among them, and its encoder; e.g. 0.05 for a pretrained BERT).
     """
 
     lr: float = 2e-3
@@ -47,6 +50,7 @@ class OptimizerConfig:
     warmup_steps: float = 0.05
     min_lr_ratio: float = 0.05
     image_tower_lr_mult: float = 1.0
+    text_tower_lr_mult: float = 1.0
 
 
 def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module | None = None
@@ -58,7 +62,9 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module
     are trained beside ``model`` by the same rules (the objectives' heads); their
     parameters and ``model``'s are then named ``heads.*`` and ``model.*``.
     """
-    image_tower = getattr(model, "image_tower", None)
+    towers = {"image_tower": config.image_tower_lr_mult, "text": config.text_tower_lr_mult}
+    lr_mult = {id(p): mult for part, mult in towers.items() if hasattr(model, part)
+               for p in getattr(model, part).parameters()}
     if heads is not None:
         model = nn.ModuleDict({"model": model, "heads": heads})
     no_decay = {
@@ -67,9 +73,6 @@ def parameter_groups(model: nn.Module, config: OptimizerConfig, heads: nn.Module
         if isinstance(module, NO_DECAY_MODULES)
         for p in module.parameters(recurse=False)
     }
-    lr_mult: dict[int, float] = {}
-    if image_tower is not None:
-        lr_mult |= {id(p): config.image_tower_lr_mult for p in image_tower.parameters()}
 
     groups: dict[tuple[bool, float], dict] = {}
     for name, p in model.named_parameters():
