@@ -6,6 +6,9 @@ The folder needs neither Lightning nor pickle to load (``FillMask.from_checkpoin
 holds every trained weight: the network and the training heads (the word detector) the run had,
 so a fine-tune from it starts them from what they learnt; it prints what went in. Its weights file
 also says whether the run taught the model to write captions (the Captioner's default method).
+A text tower in BERT's layout (``model.net.text.pretrained``) also goes to ``<out>/bert``, a
+transformers ``BertForMaskedLM`` folder: ``AutoModelForMaskedLM.from_pretrained("<out>/bert")``
+fills a [MASK] from the text as this model does without the photo.
 
     python scripts/export.py --ckpt runs/latest/checkpoints/last.ckpt --out exported/
 """

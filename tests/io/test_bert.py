@@ -201,8 +201,9 @@ def test_minilm_real_weights_equal_transformers():
 def test_one_setting_brings_the_architecture_the_weights_and_the_tokenizer(
         tmp_path, karpathy_flickr, monkeypatch, capsys):
     """``--model.net.text.pretrained FOLDER`` alone: the run's text tower is the folder's BERT
-    (its width and layout, every weight) and its tokenizer the folder's (no WordPiece trained)."""
-    from helpers import REPO
+    (its width and layout, every weight) and its tokenizer the folder's (no WordPiece trained);
+    scripts/export.py then writes that tower as a BertForMaskedLM folder transformers reads."""
+    from helpers import REPO, load_script
 
     from vitbert.cli import main
 
@@ -211,9 +212,11 @@ def test_one_setting_brings_the_architecture_the_weights_and_the_tokenizer(
     cli = main(["fit", "--config", str(REPO / "configs" / "flickr_small.yaml"),
                 "--model.net.text.pretrained", str(tmp_path / "bert"),
                 "--model.net.text.max_len", "24",
+                "--model.optimizer.lr", "0",  # one step that moves nothing: the loaded weights
                 "--trainer.accelerator", "cpu", "--trainer.devices", "1",
-                "--trainer.precision", "32-true", "--trainer.max_steps", "0",
-                "--trainer.enable_progress_bar", "false", "--model.num_examples", "0",
+                "--trainer.precision", "32-true", "--trainer.max_steps", "1",
+                "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
+                "--model.num_examples", "0",
                 "--data.source.init_args.root", str(karpathy_flickr),
                 "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
                 "--data.source.init_args.prepare_workers", "0", "--data.num_workers", "0"])
@@ -224,3 +227,13 @@ def test_one_setting_brings_the_architecture_the_weights_and_the_tokenizer(
     torch.testing.assert_close(net.text.embeddings.word.weight,
                                reference.bert.embeddings.word_embeddings.weight)
     assert "Text tower from" in capsys.readouterr().out
+
+    ckpt = tmp_path / "runs" / "latest" / "checkpoints" / "last.ckpt"
+    assert load_script("export").main(["--ckpt", str(ckpt), "--out", str(tmp_path / "out")]) == 0
+    assert "BertForMaskedLM" in capsys.readouterr().out
+    reloaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "out" / "bert").eval()
+    ids, mask = captions(tmp_path / "bert")
+    with torch.no_grad():
+        theirs = reloaded(input_ids=ids, attention_mask=mask.long()).logits
+        expected = reference(input_ids=ids, attention_mask=mask.long()).logits
+    torch.testing.assert_close(theirs[mask], expected[mask], atol=1e-5, rtol=0)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from vitbert.data.tokenizer import tokenizer_from_json, tokenizer_to_json
-from vitbert.io.bert import load_text_weights
+from vitbert.io.bert import load_text_weights, write_bert_folder
 from vitbert.io.files import (
     HEADS,
     TIED_KEY,
@@ -23,6 +23,8 @@ from vitbert.io.files import (
 from vitbert.io.timm import load_image_weights
 from vitbert.io.transfer import transfer_weights
 from vitbert.models.multimodal import VitBert
+
+BERT_SUBFOLDER = "bert"  # an export's text tower as transformers reads it (BERT layout only)
 
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu"):
@@ -64,11 +66,17 @@ def export(checkpoint: str | Path, out: str | Path, metadata: dict[str, str] | N
 def export_and_describe(checkpoint: str | Path, out: str | Path,
                         metadata: dict[str, str] | None = None) -> tuple[Path, str]:
     """:func:`export`, and a line saying what went into the folder (scripts/export.py prints
-    it)."""
+    it). A text tower in BERT's layout is also written as a transformers ``BertForMaskedLM``
+    folder, ``<out>/bert`` (:func:`vitbert.io.bert.write_bert_folder`): a BERT fine-tuned here
+    goes back to transformers."""
     stored = read_checkpoint(checkpoint)
     model, tokenizer = model_of(stored, checkpoint)
     folder = write_exported(model, out, tokenizer_to_json(tokenizer), stored.heads, metadata)
-    return folder, _export_contents(model, stored)
+    contents = _export_contents(model, stored)
+    if model.config.text.layout == "bert":
+        bert = write_bert_folder(model, tokenizer, folder / BERT_SUBFOLDER)
+        contents += f"; the text tower as a transformers BertForMaskedLM in {bert}"
+    return folder, contents
 
 
 def _export_contents(model: VitBert, stored: StoredModel) -> str:
