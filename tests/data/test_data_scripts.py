@@ -45,11 +45,12 @@ def test_prepare_data_default_cache_is_the_one_the_flickr30k_config_reads():
     from_config = prepare.parse_args(["--config", str(REPO / "configs/flickr30k.yaml")])
     assert (from_config.root, from_config.out, from_config.image_size) == (
         "data/flickr30k", "data/flickr30k-cache-224", 224)
-    from vitbert.data import flickr30k
+    from vitbert.data import captioned_photos
 
     plain = prepare.parse_args([])
-    assert plain.out is None and plain.root == flickr30k.DEFAULT_ROOT  # main: DEFAULT_CACHE_DIR
-    assert flickr30k.DEFAULT_CACHE_DIR == from_config.out
+    # main() fills in DEFAULT_CACHE_DIR for a missing --out.
+    assert plain.out is None and plain.root == captioned_photos.DEFAULT_ROOT
+    assert captioned_photos.DEFAULT_CACHE_DIR == from_config.out
 
 
 def test_prepare_data_with_config_builds_the_cache_training_reads(flickr_root, tmp_path, capsys):

@@ -146,13 +146,13 @@ def test_cli_sets_image_size_and_caption_length_once_on_the_model(tmp_path, monk
 def test_flickr30k_configs_read_the_cache_prepare_data_builds_by_default():
     import yaml
 
-    from vitbert.data import flickr30k
+    from vitbert.data import captioned_photos
 
     configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("flickr30k*.yaml"))
     assert len(configs) >= 3
     for path in configs:
         source = yaml.safe_load(path.read_text())["data"]["source"]
         assert source["class_path"] == "vitbert.data.Flickr30kSource"
-        assert source["init_args"]["cache_dir"] == flickr30k.DEFAULT_CACHE_DIR, path.name
-        assert source["init_args"]["root"] == flickr30k.DEFAULT_ROOT, path.name
-    assert Flickr30kSource().cache_dir == Path(flickr30k.DEFAULT_CACHE_DIR)
+        assert source["init_args"]["cache_dir"] == captioned_photos.DEFAULT_CACHE_DIR, path.name
+        assert source["init_args"]["root"] == captioned_photos.DEFAULT_ROOT, path.name
+    assert Flickr30kSource().cache_dir == Path(captioned_photos.DEFAULT_CACHE_DIR)

@@ -17,7 +17,7 @@ import torch
 
 from vitbert.data import Flickr30kSource
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.flickr30k import read_annotations
+from vitbert.data.layouts import read_annotations
 
 # Beside the repository (../shared), or where VITBERT_FLICKR_DEV points (a git worktree elsewhere).
 FLICKR_DEV = Path(os.environ.get(

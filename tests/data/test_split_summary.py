@@ -12,7 +12,7 @@ from helpers import TINY_MODEL, objectives
 from vitbert.data import Flickr30kSource
 from vitbert.data.cache import DataError
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.flickr30k import hash_split
+from vitbert.data.layouts import hash_split
 from vitbert.shapes import ShapesSource
 
 # 40 file names whose hash split puts 38 photos in train, none in val and 2 in test.
