@@ -377,7 +377,7 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
     contender, much faster, runs ``frozen_steps_factor`` times as many so its time is measurable.
     """
     from benchmarks.cuda import bf16_autocast, device_peak_tflops
-    from vitbert.data import Flickr30kSource
+    from vitbert.data import CaptionedPhotos
     from vitbert.data.datamodule import CaptionDataModule
 
     cuda = torch.cuda.is_available()
@@ -391,7 +391,7 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
         work = Path(workdir or tmp)
         t0 = time.perf_counter()
         root = make_jpeg_folder(work / "flickr30k", n_images, layout="karpathy")
-        source = Flickr30kSource(root=str(root), cache_dir=str(work / "cache"),
+        source = CaptionedPhotos(root=str(root), cache_dir=str(work / "cache"),
                                  prepare_workers=workers)
         dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=workers,
                                image_size=config.image.image_size,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitbert.data import Flickr30kSource
+from vitbert.data import CaptionedPhotos
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.layouts import read_annotations
 
@@ -54,7 +54,7 @@ def test_twenty_photos_make_a_cache_and_batches_with_five_captions_a_photo(flick
         shutil.copy(flickr_dev / "flickr30k-images" / im["filename"], root / "flickr30k-images")
     (root / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
 
-    source = Flickr30kSource(root=str(root), cache_dir=str(tmp_path / "cache"), prepare_workers=0)
+    source = CaptionedPhotos(root=str(root), cache_dir=str(tmp_path / "cache"), prepare_workers=0)
     dm = CaptionDataModule(source=source, image_size=32, batch_size=10, num_workers=0,
                            vocab_size=500, min_frequency=1)
     dm.setup("fit")
