@@ -53,7 +53,7 @@ train: install-train
 
 weights: $(WEIGHTS)
 
-$(WEIGHTS): scripts/make_weights.py src/vitbert/pretrained_weights.py | install-pretrained
+$(WEIGHTS): scripts/make_weights.py scripts/pretrained_weights.py | install-pretrained
 	$(BIN)/python scripts/make_weights.py --out $@
 
 test: install

@@ -12,7 +12,7 @@ Sections:
              logits at every position), same batches, alternating rounds in one process, medians:
              at the training config's sizes (--config, default configs/default.yaml, real batches
              of the embedded shapes data) and at ViT-B/16 + 6-block BERT (--big-preset, fewer
-             steps). Also matmul FLOPs per step (vitbert.bench.flops), the machine's fp32 matmul
+             steps). Also matmul FLOPs per step (benchmarks.flops), the machine's fp32 matmul
              peak measured once per round between the contenders, and the fraction of it reached.
   data       samples/s of the cached loader (uint8 memmap) against decoding the JPEGs every time,
              same items, same DataLoader settings; the embedded default's whole pipeline (cache +
@@ -34,16 +34,16 @@ Sections:
              path (decode in workers into the image cache, then the CNN channels-last under
              inference_mode, bf16 where the CPU has it) against the obvious loop (PIL, timm in
              fp32 eval mode, batches of 32, one process), their ratio ("speedup") and how alike
-             the outputs are; the CPU's name and the levers on (vitbert.bench.cache).
+             the outputs are; the CPU's name and the levers on (benchmarks.cache).
   epoch      (not run by default; --epoch, minutes) training end to end, data loading included,
              on generated 500x375 JPEGs in Karpathy's layout: the obvious pipeline (JPEG Dataset,
              padding to max length, timm + BertForMaskedLM), ours, and ours with the image tower
              frozen and read from the feature cache; samples/s, ratios, where the time goes.
              On a CPU the Flickr30k model at ViT-Ti/16 widths; on CUDA full size, bf16-mixed,
-             eager and torch.compile, MFU (vitbert.bench.epoch).
+             eager and torch.compile, MFU (benchmarks.epoch).
 
 FLOPs: analytic, 2·m·n·k per matmul (convs as im2col matmuls, attention's two matmuls as
-4·B·L²·D), backward = 2 × forward; see vitbert.bench.flops. Timings are medians over alternating
+4·B·L²·D), backward = 2 × forward; see benchmarks.flops. Timings are medians over alternating
 rounds; on a shared machine read them with the load averages recorded under "machine".
 --threads 0 (the default) uses 1 intra-op thread when the 1-min load is at least the core count.
 """
@@ -64,8 +64,11 @@ from typing import Any
 
 import torch
 
-from vitbert.bench import step as st
-from vitbert.bench.data import compare_storage, data_benchmark
+# The measuring code is the top-level `benchmarks` package beside scripts/, not part of vitbert.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import step as st
+from benchmarks.data import compare_storage, data_benchmark
 from vitbert.cli import config_net
 from vitbert.models import VitBertConfig
 
@@ -232,7 +235,7 @@ def add_inference_args(p: argparse.ArgumentParser) -> None:
 
 
 def bench_inference(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
-    from vitbert.bench.inference import fill_mask, inference_benchmark
+    from benchmarks.inference import fill_mask, inference_benchmark
 
     config, batches, tokenizer, _ = default_size(args.config)
     fm = fill_mask(config, tokenizer, args.checkpoint, device="cpu")
@@ -253,7 +256,7 @@ def add_captions_args(p: argparse.ArgumentParser) -> None:
 
 
 def bench_captions(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
-    from vitbert.bench.captions import caption_benchmark
+    from benchmarks.captions import caption_benchmark
     from vitbert.models import VitBert
 
     config, batches, tokenizer, _ = default_size(args.config)
@@ -279,7 +282,7 @@ def add_cuda_args(p: argparse.ArgumentParser) -> None:
 
 
 def bench_cuda(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
-    from vitbert.bench.cuda import cuda_benchmark
+    from benchmarks.cuda import cuda_benchmark
 
     if not torch.cuda.is_available():
         return {"skipped": "no CUDA"}
@@ -337,7 +340,7 @@ def add_epoch_args(p: argparse.ArgumentParser) -> None:
 
 
 def bench_epoch(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
-    from vitbert.bench.epoch import epoch_benchmark
+    from benchmarks.epoch import epoch_benchmark
 
     config = config_net(args.epoch_preset) if args.epoch_preset else None
     if config is not None:
@@ -360,7 +363,7 @@ def add_cache_args(p: argparse.ArgumentParser) -> None:
 
 
 def bench_cache(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
-    from vitbert.bench.cache import cache_benchmark
+    from benchmarks.cache import cache_benchmark
 
     return cache_benchmark(args.cache_root, args.cache_photos, args.cache_image_size,
                            pool=not args.cache_map)

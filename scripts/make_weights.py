@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from vitbert.pretrained_weights import DEFAULT_OUT, WeightsError, make_weights
+# The conversion is scripts/pretrained_weights.py, beside this file, outside the vitbert package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.pretrained_weights import DEFAULT_OUT, WeightsError, make_weights
 
 
 def build_parser() -> argparse.ArgumentParser:

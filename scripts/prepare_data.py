@@ -124,8 +124,8 @@ def _read_config(args: argparse.Namespace) -> None:
     except (OSError, yaml.YAMLError) as e:
         fail(f"--config {args.config}: cannot read it as YAML ({e})")
     source = ((cfg.get("data") or {}).get("source") or {})
-    if not str(source.get("class_path", "")).endswith(("Flickr30kSource", "CaptionedPhotos")):
-        fail(f"--config {args.config}: data.source is not a Flickr30kSource or CaptionedPhotos; "
+    if not str(source.get("class_path", "")).endswith("CaptionedPhotos"):
+        fail(f"--config {args.config}: data.source is not a CaptionedPhotos; "
              f"this script prepares photos on disk (use --format shapes for the shapes data)")
     for key, flag in CONFIG_KEYS.items():
         value = (source.get("init_args") or {}).get(key)

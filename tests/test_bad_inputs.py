@@ -10,9 +10,9 @@ outcome, one of
 * ``Refused(error, message)``: stops with ``error`` whose message matches ``message`` (naming the
   file or value and the fix), and nothing is written half-way.
 
-Every row runs through public functions (``flickr30k.build_cache`` / ``read_annotations``,
-``cache.decode_image``, ``FillMask``, ``read_checkpoint``, ``LastCheckpoint.save``), so the rows
-stay valid while the insides change.
+Every row runs through public functions (``captioned_photos.build_cache`` /
+``layouts.read_annotations``, ``cache.decode_image``, ``FillMask``, ``read_checkpoint``,
+``LastCheckpoint.save``), so the rows stay valid while the insides change.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
 from PIL import Image
 
-from vitbert.data import flickr30k
+from vitbert.data import captioned_photos, layouts
 from vitbert.data.cache import DataError, decode_image
 from vitbert.data.masking import MLMCollator
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
@@ -176,7 +176,7 @@ def photo(write: Callable[[Path], None] | None, suffix: str = ".jpg"):
         (tmp / "dataset_flickr30k.json").write_text(json.dumps({"images": entries}))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            summary = flickr30k.build_cache(tmp, tmp / "cache", SIZE, max_bad_fraction=0.5)
+            summary = captioned_photos.build_cache(tmp, tmp / "cache", SIZE, max_bad_fraction=0.5)
         said = " ".join(str(w.message) for w in caught)
         if summary["skipped"]:
             return summary["skipped"], said
@@ -198,8 +198,8 @@ def token_file(text: str | bytes, name: str = "results_20130124.token"):
         (tmp / name).write_bytes(data)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            summary = flickr30k.build_cache(tmp, tmp / "cache", SIZE, max_bad_fraction=0.5)
-        _, _, parsed = flickr30k.read_annotations(tmp)
+            summary = captioned_photos.build_cache(tmp, tmp / "cache", SIZE, max_bad_fraction=0.5)
+        _, _, parsed = layouts.read_annotations(tmp)
         said = " ".join(str(w.message) for w in caught)
         return (summary["skipped"], said) if summary["skipped"] else parsed.records
 

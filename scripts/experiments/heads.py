@@ -8,7 +8,7 @@ Each picture holds a square, a circle and a triangle; the label answers two ques
 model is a conv stem + one attention block with 2D RoPE, with 1, 2, 4 or 8 heads of width 4
 (model width 4 × heads). One head has one softmax, so it must spread one attention pattern over
 both questions; separate heads can each look at one pair. A head of width 4 has one rotating
-pair per axis; :class:`~vitbert.experiments.models.GridRotary2D` turns it slowly enough that its
+pair per axis; :class:`~experiments.models.GridRotary2D` turns it slowly enough that its
 sign tells left from right (and above from below) across the whole 10×10 grid.
 
 Writes ``heads.json`` and ``heads.png`` into ``--out``.
@@ -17,13 +17,18 @@ Writes ``heads.json`` and ``heads.png`` into ``--out``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitbert.experiments import report
+# The experiments' shared code is the top-level `experiments` package, not part of vitbert.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from experiments import report
 
 if TYPE_CHECKING:
-    from vitbert.experiments.train import RunResult
+    from experiments.train import RunResult
 
 HEADS, HEAD_DIM, STEM_WIDTH = (1, 2, 4, 8), 4, 4
 LR, BATCH = 1e-3, 128
@@ -38,9 +43,9 @@ def run_one(heads: int, seed: int, args) -> tuple[int, int, RunResult]:
     # torch and the models load here, not at the top: --help answers at once.
     import torch
 
-    from vitbert.experiments.data import make_shapes
-    from vitbert.experiments.models import AttentionClassifier
-    from vitbert.experiments.train import train_classifier
+    from experiments.data import make_shapes
+    from experiments.models import AttentionClassifier
+    from experiments.train import train_classifier
 
     torch.set_num_threads(args.threads)
     # One data set for every row and seed (the seed varies the model's init and batch order).

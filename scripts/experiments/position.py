@@ -11,7 +11,7 @@ token knows where it is), with learned absolute position, with the relative-offs
 default lr and with 10× lr on the bias table, and with 2D RoPE.
 Adam moves a weight by about lr per step, so at the default lr the bias table can only reach
 about ``lr × steps``; the second plot shows it (max |w| and ‖Δw‖/‖w‖ per step, from
-:class:`vitbert.experiments.stats.ParameterStatsCallback`).
+:class:`experiments.stats.ParameterStatsCallback`).
 
 Writes ``position.json``, ``position.png`` and ``position_bias_stats.png`` into ``--out``.
 """
@@ -19,15 +19,20 @@ Writes ``position.json``, ``position.png`` and ``position_bias_stats.png`` into 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from vitbert.experiments import report
-from vitbert.experiments.data import make_shapes
-from vitbert.experiments.models import CNN, AttentionClassifier
-from vitbert.experiments.stats import ParameterStatsCallback, plot_parameter_stats
-from vitbert.experiments.train import RunResult, train_classifier
+# The experiments' shared code is the top-level `experiments` package, not part of vitbert.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from experiments import report
+from experiments.data import make_shapes
+from experiments.models import CNN, AttentionClassifier
+from experiments.stats import ParameterStatsCallback, plot_parameter_stats
+from experiments.train import RunResult, train_classifier
 
 # Small on purpose: the full run (21 trainings) must fit in 15 minutes on a 2-core CPU.
 DIM, HEADS, STEM_WIDTH, CNN_WIDTH = 32, 2, 4, 4

@@ -15,13 +15,18 @@ Writes ``scale.json`` and ``scale.png`` into ``--out``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from vitbert.experiments import report
-from vitbert.experiments.scaling import RecallModel, make_recall, max_gate
-from vitbert.experiments.train import train_classifier
+# The experiments' shared code is the top-level `experiments` package, not part of vitbert.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from experiments import report
+from experiments.scaling import RecallModel, make_recall, max_gate
+from experiments.train import train_classifier
 
 WIDTHS = (1, 4, 16, 64, 256)
 NUM_KEYS, TRIALS = 64, 2000

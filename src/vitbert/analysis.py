@@ -89,7 +89,8 @@ class Readings:
 
 
 # Where the data sources that checkpoints name have moved since they were written.
-MOVED_SOURCES = {"vitbert.data.ShapesSource": "vitbert.shapes.ShapesSource",
+MOVED_SOURCES = {"vitbert.data.Flickr30kSource": "vitbert.data.CaptionedPhotos",  # its first name
+                 "vitbert.data.ShapesSource": "vitbert.shapes.ShapesSource",
                  "vitbert.data.sources.ShapesSource": "vitbert.shapes.ShapesSource",
                  "vitbert.data.StreamingSource": "vitbert.streaming.StreamingSource",
                  "vitbert.data.streaming.StreamingSource": "vitbert.streaming.StreamingSource"}

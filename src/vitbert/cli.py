@@ -112,8 +112,6 @@ def progress_settings() -> dict:
 # Model settings the data module fills in at instantiation (the tokenizer's): a checkpoint's
 # differ from the parsed placeholder on every resume, and say nothing the user chose.
 LINKED_FROM_DATA = ("vocab_size", "pad_token_id")
-# What a checkpoint of the module before its objectives were a list held instead of them.
-OLD_MODULE_SETTINGS = ("generation_probability", "itc_weight", "word_detection_weight")
 
 
 class ProjectCLI(LightningCLI):
@@ -185,8 +183,9 @@ class VitBertCLI(ProjectCLI):
         """A run with ``--ckpt_path`` gets the model settings stored in the checkpoint, over what
         the command line and config said (LightningCLI's rule; the weights and, for ``fit``, the
         optimizer state are the stored model's). For ``fit`` (a resume) a setting that silently
-        did nothing misleads: say which were replaced. A checkpoint from before the objectives
-        list cannot be rebuilt as its run: say how to use its weights."""
+        did nothing misleads: say which were replaced. A checkpoint whose network settings this
+        version cannot build (an older vitbert's) cannot be rebuilt as its run: say how to use its
+        weights."""
         subcommand = self.config.get("subcommand")
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not path or not Path(path).is_file():
@@ -195,13 +194,13 @@ class VitBertCLI(ProjectCLI):
         hparams.pop("_instantiator", None)
         if not hparams:
             return
-        if any(name in hparams for name in OLD_MODULE_SETTINGS):
+        try:
+            hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
+        except (TypeError, ValueError) as error:  # a setting this version has not, or a value
             raise CheckpointError(
-                f"--ckpt_path {path}: written by an older vitbert (its objectives were settings, "
-                f"not a list), so its run cannot {subcommand} here: start a new run from its "
-                f"weights with --model.init_from {path} (scripts/predict.py, caption.py and "
-                f"retrieve.py read it as it is)")
-        hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
+                f"--ckpt_path {path}: its network settings are not this vitbert's ({error}), so "
+                f"its run cannot {subcommand} here: start a new run from its weights with "
+                f"--model.init_from {path}") from None
         asked = dict(self.config[subcommand].model.items())  # {"net.image.dim": 64, …}
         stored = {subcommand: {"model": hparams}}
         self.config = self.parser.parse_object(stored, self.config)

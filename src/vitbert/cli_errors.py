@@ -16,7 +16,6 @@ from vitbert.io import CheckpointError, not_a_checkpoint
 from vitbert.io.files import CONFIG_SUFFIXES
 from vitbert.models import ConfigError
 from vitbert.predict import PredictError
-from vitbert.pretrained_weights import DEFAULT_OUT
 
 
 class MissingWeightsError(FileNotFoundError):
@@ -26,8 +25,9 @@ class MissingWeightsError(FileNotFoundError):
 # Errors whose message is already the one line a user needs.
 USER_ERRORS = (DataError, CheckpointError, ConfigError, PredictError, MissingWeightsError)
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
-# The file `make weights` writes.
-MAKE_WEIGHTS_FILE = DEFAULT_OUT
+# The file `make weights` writes (scripts/pretrained_weights.py's DEFAULT_OUT; the converter is
+# not part of the package, tests/test_weights.py checks that the two agree).
+MAKE_WEIGHTS_FILE = Path("weights") / "tf_efficientnet_lite0.safetensors"
 
 # Values of --ckpt_path that Lightning resolves itself.
 SPECIAL_CKPT_PATHS = ("last", "best", "hpc", "registry")

@@ -12,10 +12,10 @@ from helpers import load_script
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from vitbert.bench import flops
-from vitbert.bench.cuda import cuda_benchmark, device_peak_tflops
-from vitbert.bench.reference import ReferenceModel
-from vitbert.bench.step import SplitQKV, manual_attention, pad_batches, synthetic_batches
+from benchmarks import flops
+from benchmarks.cuda import cuda_benchmark, device_peak_tflops
+from benchmarks.reference import ReferenceModel
+from benchmarks.step import SplitQKV, manual_attention, pad_batches, synthetic_batches
 from vitbert.models import VitBert, VitBertConfig
 from vitbert.nn import Attention, AttentionContext, Block, BlockConfig, key_padding_mask
 from vitbert.shapes import BindingLevers

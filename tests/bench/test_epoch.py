@@ -11,15 +11,15 @@ import torch
 from helpers import load_script
 from torch import nn
 
-from vitbert.bench.data import make_jpeg_folder
-from vitbert.bench.epoch import (
+from benchmarks.data import make_jpeg_folder
+from benchmarks.epoch import (
     JpegCaptionDataset,
     JpegCollator,
     PartClock,
     epoch_benchmark,
     step_flops,
 )
-from vitbert.bench.flops import vitbert_step_flops
+from benchmarks.flops import vitbert_step_flops
 from vitbert.data.tokenizer import train_wordpiece
 from vitbert.models import VitBertConfig
 

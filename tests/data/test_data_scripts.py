@@ -45,15 +45,16 @@ def test_prepare_data_default_cache_is_the_one_the_flickr30k_config_reads():
     from_config = prepare.parse_args(["--config", str(REPO / "configs/flickr30k.yaml")])
     assert (from_config.root, from_config.out, from_config.image_size) == (
         "data/flickr30k", "data/flickr30k-cache-224", 224)
-    from vitbert.data import flickr30k
+    from vitbert.data import captioned_photos
 
     plain = prepare.parse_args([])
-    assert plain.out is None and plain.root == flickr30k.DEFAULT_ROOT  # main: DEFAULT_CACHE_DIR
-    assert flickr30k.DEFAULT_CACHE_DIR == from_config.out
+    # main() fills in DEFAULT_CACHE_DIR for a missing --out.
+    assert plain.out is None and plain.root == captioned_photos.DEFAULT_ROOT
+    assert captioned_photos.DEFAULT_CACHE_DIR == from_config.out
 
 
 def test_prepare_data_with_config_builds_the_cache_training_reads(flickr_root, tmp_path, capsys):
-    from vitbert.data import Flickr30kSource
+    from vitbert.data import CaptionedPhotos
     from vitbert.data.datamodule import CaptionDataModule
 
     root, cache_dir = flickr_root("karpathy"), tmp_path / "cache"
@@ -62,14 +63,14 @@ def test_prepare_data_with_config_builds_the_cache_training_reads(flickr_root, t
 model: {{net: {{image: {{image_size: 16}}}}}}
 data:
   source:
-    class_path: vitbert.data.Flickr30kSource
+    class_path: vitbert.data.CaptionedPhotos
     init_args: {{root: {root}, cache_dir: {cache_dir}, max_bad_fraction: 0.5}}
 """)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         load_script("prepare_data").main(["--config", str(config), "--workers", "0"])
     assert json.loads((cache_dir / "cache.json").read_text())["settings"]["image_size"] == 16
-    source = Flickr30kSource(root=str(root), cache_dir=str(cache_dir), max_bad_fraction=0.5)
+    source = CaptionedPhotos(root=str(root), cache_dir=str(cache_dir), max_bad_fraction=0.5)
     dm = CaptionDataModule(source=source, image_size=16, num_workers=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -83,7 +84,7 @@ def test_prepare_data_config_without_a_flickr_source_says_so(tmp_path, capsys):
         load_script("prepare_data").main(["--config", str(config)])
     assert exited.value.code == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"error: --config {config}: data.source is not a Flickr30kSource")
+    assert line.startswith(f"error: --config {config}: data.source is not a CaptionedPhotos")
 
 
 def test_bench_data_section_json(capsys):

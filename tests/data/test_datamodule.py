@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitbert.data import Flickr30kSource
+from vitbert.data import CaptionedPhotos
 from vitbert.data.cache import DataError
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.shapes import ShapesSource
@@ -78,7 +78,7 @@ def test_predict_split_and_captions(tmp_path):
 
 def test_flickr30k_datamodule_end_to_end(flickr_root, tmp_path):
     root = flickr_root("karpathy")
-    source = Flickr30kSource(root=str(root), cache_dir=str(tmp_path / "cache"),
+    source = CaptionedPhotos(root=str(root), cache_dir=str(tmp_path / "cache"),
                              prepare_workers=0, max_bad_fraction=0.5)
     dm = CaptionDataModule(source=source, image_size=32, num_workers=0, batch_size=4,
                            vocab_size=100, min_frequency=1, group_by_photo=True)
@@ -112,7 +112,7 @@ def test_lightning_cli_can_read_the_signatures():
     p = ArgumentParser()
     p.add_class_arguments(CaptionDataModule, "data")
     for source, setting in (("vitbert.shapes.ShapesSource", "num_train=8"),
-                            ("vitbert.data.Flickr30kSource", "root=/x")):
+                            ("vitbert.data.CaptionedPhotos", "root=/x")):
         cfg = p.parse_args([f"--data.source={source}",
                             f"--data.source.init_args.{setting}",
                             "--data.batch_size=8", "--data.whole_word_masking=true"])
@@ -146,13 +146,13 @@ def test_cli_sets_image_size_and_caption_length_once_on_the_model(tmp_path, monk
 def test_flickr30k_configs_read_the_cache_prepare_data_builds_by_default():
     import yaml
 
-    from vitbert.data import flickr30k
+    from vitbert.data import captioned_photos
 
     configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("flickr30k*.yaml"))
     assert len(configs) >= 3
     for path in configs:
         source = yaml.safe_load(path.read_text())["data"]["source"]
-        assert source["class_path"] == "vitbert.data.Flickr30kSource"
-        assert source["init_args"]["cache_dir"] == flickr30k.DEFAULT_CACHE_DIR, path.name
-        assert source["init_args"]["root"] == flickr30k.DEFAULT_ROOT, path.name
-    assert Flickr30kSource().cache_dir == Path(flickr30k.DEFAULT_CACHE_DIR)
+        assert source["class_path"] == "vitbert.data.CaptionedPhotos"
+        assert source["init_args"]["cache_dir"] == captioned_photos.DEFAULT_CACHE_DIR, path.name
+        assert source["init_args"]["root"] == captioned_photos.DEFAULT_ROOT, path.name
+    assert CaptionedPhotos().cache_dir == Path(captioned_photos.DEFAULT_CACHE_DIR)

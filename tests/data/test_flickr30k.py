@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 from conftest import ALL, BAD, BLANK, GOOD, ODD, SPLIT_OF, captions_for
 
-from vitbert.data import flickr30k
 from vitbert.data.cache import CaptionDataset, DataError, decode_image
+from vitbert.data.captioned_photos import build_cache
+from vitbert.data.layouts import detect, hash_split, read_annotations
+from vitbert.data.layouts.flickr30k import parse_kaggle
 
 KEPT = GOOD + ODD  # every file that must end up in the cache
 
@@ -20,7 +22,7 @@ def _build(root, out, **kw):
     kw.setdefault("image_size", 32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        summary = flickr30k.build_cache(root, out, **kw)
+        summary = build_cache(root, out, **kw)
     return summary, [str(w.message) for w in caught]
 
 
@@ -56,7 +58,7 @@ def test_each_format_is_detected_and_cached(flickr_root, tmp_path, fmt):
 
 def test_kaggle_broken_row_is_read_not_dropped(flickr_root, tmp_path):
     root = flickr_root("kaggle")
-    parsed = flickr30k.parse_kaggle(root / "results.csv")
+    parsed = parse_kaggle(root / "results.csv")
     rec = {r.file: r for r in parsed.records}["2199200615.jpg"]
     assert rec.captions == ["A dog runs across the grass ."]
     n_lines = len((root / "results.csv").read_text().splitlines())
@@ -70,14 +72,14 @@ def test_kaggle_unrepairable_row_reported_by_line(flickr_root, tmp_path):
     with open(root / "results.csv", "a") as fh:
         fh.write("garbage without separators\n")
     n = len((root / "results.csv").read_text().splitlines())
-    parsed = flickr30k.parse_kaggle(root / "results.csv")
+    parsed = parse_kaggle(root / "results.csv")
     assert parsed.bad_captions == [
         f"results.csv line {n}: expected 'image_name| comment_number| comment'"]
 
 
 def test_karpathy_and_nlphuji_splits_come_from_the_annotations(flickr_root, tmp_path):
     for fmt in ("karpathy", "nlphuji"):
-        _, _, parsed = flickr30k.read_annotations(flickr_root(fmt), fmt)
+        _, _, parsed = read_annotations(flickr_root(fmt), fmt)
         for r in parsed.records:
             want = "train" if SPLIT_OF[r.file] == "restval" else SPLIT_OF[r.file]
             assert r.split == want, (fmt, r.file)
@@ -85,8 +87,8 @@ def test_karpathy_and_nlphuji_splits_come_from_the_annotations(flickr_root, tmp_
 
 def test_hash_split_is_by_image_deterministic_and_near_karpathy_ratios():
     names = [f"{1000000 + i}.jpg" for i in range(20000)]
-    splits = [flickr30k.hash_split(n) for n in names]
-    assert splits == [flickr30k.hash_split(n) for n in names]
+    splits = [hash_split(n) for n in names]
+    assert splits == [hash_split(n) for n in names]
     frac = {s: splits.count(s) / len(names) for s in ("train", "val", "test")}
     assert abs(frac["test"] - 1000 / 31783) < 0.005
     assert abs(frac["val"] - 1014 / 31783) < 0.005
@@ -100,7 +102,7 @@ def test_token_format_splits_by_image(flickr_root, tmp_path):
         split_of_row.setdefault(r, set()).add(s)
     assert all(len(s) == 1 for s in split_of_row.values())
     for r, s in split_of_row.items():
-        assert s == {flickr30k.hash_split(ann["files"][r])}
+        assert s == {hash_split(ann["files"][r])}
 
 
 def test_odd_modes_are_converted_correctly(image_folder):
@@ -129,7 +131,7 @@ def test_too_many_bad_images_stop_with_a_clear_error(flickr_root, tmp_path):
 
 def test_no_annotation_file_is_a_clear_error(tmp_path):
     with pytest.raises(DataError, match=r"results_20130124\.token"):
-        flickr30k.detect(tmp_path)
+        detect(tmp_path)
 
 
 def test_cache_is_reused_and_rebuilt_when_settings_or_sources_change(flickr_root, tmp_path):

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitbert.data import Flickr30kSource
+from vitbert.data import CaptionedPhotos
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.flickr30k import read_annotations
+from vitbert.data.layouts import read_annotations
 
 # Beside the repository (../shared), or where VITBERT_FLICKR_DEV points (a git worktree elsewhere).
 FLICKR_DEV = Path(os.environ.get(
@@ -54,7 +54,7 @@ def test_twenty_photos_make_a_cache_and_batches_with_five_captions_a_photo(flick
         shutil.copy(flickr_dev / "flickr30k-images" / im["filename"], root / "flickr30k-images")
     (root / "dataset_flickr30k.json").write_text(json.dumps({"images": images}))
 
-    source = Flickr30kSource(root=str(root), cache_dir=str(tmp_path / "cache"), prepare_workers=0)
+    source = CaptionedPhotos(root=str(root), cache_dir=str(tmp_path / "cache"), prepare_workers=0)
     dm = CaptionDataModule(source=source, image_size=32, batch_size=10, num_workers=0,
                            vocab_size=500, min_frequency=1)
     dm.setup("fit")

@@ -8,7 +8,6 @@ and the split summary that says so."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import warnings
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 from layout_copies import QUIRK, WRITERS, flickr8k_kaggle, flickr8k_release, karpathy_json, write
 
-from vitbert.data import CaptionedPhotos, Flickr30kSource, layouts
+from vitbert.data import CaptionedPhotos, layouts
 from vitbert.data.cache import SPLITS, CaptionDataset, DataError, read_meta
 from vitbert.data.captioned_photos import build_cache, split_origin
 from vitbert.data.datamodule import CaptionDataModule
@@ -287,13 +286,3 @@ def test_the_source_trains_its_tokenizer_on_train_captions_only(tmp_path):
     others = {c for split, caps in copy.photos.values() if split != "train" for c in caps}
     assert not others & set(texts)
 
-
-def test_flickr30ksource_is_the_same_source_under_its_first_name(tmp_path):
-    copy = write("kaggle8k", tmp_path / "kaggle")
-    assert issubclass(Flickr30kSource, CaptionedPhotos)
-    old = Flickr30kSource(root=str(copy.root), cache_dir=str(tmp_path / "c"), prepare_workers=0,
-                          max_bad_fraction=0.5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert old.build_cache(16)["format"] == "kaggle8k"
-    assert re.search(r"\.Flickr30kSource$", old.settings()["class_path"])

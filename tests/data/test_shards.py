@@ -19,7 +19,7 @@ from shard_photos import (
     token_copy,
 )
 
-from vitbert.data.flickr30k import hash_split
+from vitbert.data.layouts import hash_split
 from vitbert.data.tokenizer import load_tokenizer
 
 
@@ -120,7 +120,7 @@ def test_every_layout_shards_the_photos_splits_and_captions_the_folder_source_re
     (odd ones converted, broken ones skipped), in the same splits, with the same captions (the
     Kaggle file's broken row repaired, a blank caption dropped)."""
     from vitbert.data.cache import SPLITS, CaptionDataset
-    from vitbert.data.flickr30k import build_cache
+    from vitbert.data.captioned_photos import build_cache
     from vitbert.streaming.shards import write_shards
 
     root = flickr_root(fmt)

@@ -9,10 +9,10 @@ import warnings
 import pytest
 from helpers import TINY_MODEL, objectives
 
-from vitbert.data import Flickr30kSource
+from vitbert.data import CaptionedPhotos
 from vitbert.data.cache import DataError
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.flickr30k import hash_split
+from vitbert.data.layouts import hash_split
 from vitbert.shapes import ShapesSource
 
 # 40 file names whose hash split puts 38 photos in train, none in val and 2 in test.
@@ -23,7 +23,7 @@ TINY = [*TINY_MODEL, *objectives("itc", "words", "captions", "focus"), "--model.
 
 
 def _flickr(root, cache, **kw) -> CaptionDataModule:
-    source = Flickr30kSource(root=str(root), cache_dir=str(cache), prepare_workers=0)
+    source = CaptionedPhotos(root=str(root), cache_dir=str(cache), prepare_workers=0)
     return CaptionDataModule(source=source, image_size=32, num_workers=0, batch_size=8,
                              min_frequency=1, **kw)
 
@@ -31,7 +31,7 @@ def _flickr(root, cache, **kw) -> CaptionDataModule:
 def _fit(root, tmp_path, *extra: str):
     from vitbert.cli import main
 
-    return main(["fit", "--data.source.class_path", "vitbert.data.Flickr30kSource",
+    return main(["fit", "--data.source.class_path", "vitbert.data.CaptionedPhotos",
                  "--data.source.init_args.root", str(root),
                  "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
                  "--data.source.init_args.prepare_workers", "0",

@@ -123,7 +123,7 @@ def test_a_model_trained_on_photos_shows_no_shapes(photo_folder, trained, capsys
 
     checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
     checkpoint["datamodule_hyper_parameters"]["source"] = {
-        "class_path": "vitbert.data.Flickr30kSource", "init_args": {"root": "photos"}}
+        "class_path": "vitbert.data.CaptionedPhotos", "init_args": {"root": "photos"}}
     on_photos = tmp_path / "photos.ckpt"
     torch.save(checkpoint, on_photos)
     assert demo.shows_shapes(trained.ckpt) and demo.shows_shapes(trained.exported)

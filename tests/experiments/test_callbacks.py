@@ -4,7 +4,7 @@ import lightning as L
 import torch
 from torch import nn
 
-from vitbert.experiments.stats import ParameterStatsCallback, plot_parameter_stats
+from experiments.stats import ParameterStatsCallback, plot_parameter_stats
 
 
 def _by_hand(before: list[torch.Tensor], after: list[torch.Tensor]) -> tuple[float, float]:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from vitbert.experiments.data import COLOURS, MARGIN, make_shapes
-from vitbert.experiments.scaling import make_recall
+from experiments.data import COLOURS, MARGIN, make_shapes
+from experiments.scaling import make_recall
 
 
 def _bbox_centre(images: torch.Tensor, shape: str) -> torch.Tensor:

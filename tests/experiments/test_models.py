@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from vitbert.experiments.data import draw, make_shapes
-from vitbert.experiments.models import (
+from experiments.data import draw, make_shapes
+from experiments.models import (
     CNN,
     PATCH,
     POOLS,
@@ -12,8 +12,8 @@ from vitbert.experiments.models import (
     AttentionClassifier,
     GridRotary2D,
 )
-from vitbert.experiments.position import RelativePositionBias2D, Rotary2D
-from vitbert.experiments.train import named_param_groups
+from experiments.position import RelativePositionBias2D, Rotary2D
+from experiments.train import named_param_groups
 
 
 def _pair(square_xy: tuple[float, float], circle_xy: tuple[float, float]) -> torch.Tensor:

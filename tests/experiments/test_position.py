@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from vitbert.experiments import position
+from experiments import position
 from vitbert.nn import Attention, AttentionContext, LearnedPosition
 
 

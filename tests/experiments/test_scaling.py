@@ -4,7 +4,7 @@ import itertools
 
 import torch
 
-from vitbert.experiments.scaling import RecallModel, make_recall, max_gate
+from experiments.scaling import RecallModel, make_recall, max_gate
 
 WIDTHS = (1, 4, 16, 64, 256)
 

@@ -180,6 +180,20 @@ def test_named_object_attention_of_a_model_that_looks_everywhere(trained):
         assert layer["head_named"] == pytest.approx(layer["named"], rel=1e-4)
 
 
+def test_a_photo_checkpoint_naming_the_source_by_its_first_name_reads_it(trained, tmp_path):
+    """Photo runs from before the rename stored their source as vitbert.data.Flickr30kSource, a
+    name the package no longer has: the analysis reads it as the CaptionedPhotos it was."""
+    from vitbert.analysis import checkpoint_source
+    from vitbert.data import CaptionedPhotos
+
+    checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
+    checkpoint["datamodule_hyper_parameters"]["source"] = {
+        "class_path": "vitbert.data.Flickr30kSource", "init_args": {"root": str(tmp_path)}}
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    source, _ = checkpoint_source(tmp_path / "old.ckpt")
+    assert type(source) is CaptionedPhotos and source.root == str(tmp_path)
+
+
 @pytest.mark.parametrize("problem", ["mlm_only", "not_shapes"])
 def test_analyze_captions_needs_a_shapes_captioner(problem, trained, tmp_path, capsys):
     checkpoint = torch.load(trained.ckpt, map_location="cpu", weights_only=True)
@@ -190,7 +204,7 @@ def test_analyze_captions_needs_a_shapes_captioner(problem, trained, tmp_path, c
         writing[0]["init_args"]["probability"] = 0.0
     else:
         source = checkpoint["datamodule_hyper_parameters"]["source"]
-        source["class_path"] = "vitbert.data.Flickr30kSource"
+        source["class_path"] = "vitbert.data.CaptionedPhotos"
         source["init_args"] = {"root": str(tmp_path / "flickr30k")}
     ckpt = tmp_path / f"{problem}.ckpt"
     torch.save(checkpoint, ckpt)

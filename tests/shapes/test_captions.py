@@ -1,7 +1,7 @@
 """The shapes data's own caption score (vitbert.shapes.captions), and how it reaches the caption
 evaluation: through the source (``ShapesSource.caption_scores``), never through the core."""
 
-from vitbert.data import Flickr30kSource
+from vitbert.data import CaptionedPhotos
 from vitbert.run.console import format_caption_figures
 from vitbert.shapes import ShapesSource
 from vitbert.shapes.captions import (
@@ -61,8 +61,8 @@ def test_the_shapes_source_scores_captions_and_labels_its_figures():
     scores = ShapesSource().caption_scores(written, [[reference], [reference]])
     assert scores == {"colour_shape": 0.5, "colours": 1.0, "shapes": 0.5}
     assert list(ShapesSource().caption_score_labels()) == list(scores)
-    assert Flickr30kSource().caption_scores(written, [[reference], [reference]]) == {}
-    assert Flickr30kSource().caption_score_labels() == {}
+    assert CaptionedPhotos().caption_scores(written, [[reference], [reference]]) == {}
+    assert CaptionedPhotos().caption_score_labels() == {}
 
 
 def test_the_table_prints_a_sources_figures_as_a_headline_and_its_parts():

@@ -15,7 +15,7 @@ import torch
 from helpers import TINY_MODEL, objectives
 
 from vitbert.cli import main
-from vitbert.data import Flickr30kSource
+from vitbert.data import CaptionedPhotos
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.features import FEATURES_KEY
 from vitbert.lit.module import MaskedLMModule
@@ -177,7 +177,7 @@ def test_the_contrast_refuses_a_data_module_without_twin_photos():
     def data(source) -> CaptionDataModule:
         return CaptionDataModule(source=source, num_workers=0)
 
-    for without in (data(ShapesSource()), data(Flickr30kSource()), None):  # None: no module
+    for without in (data(ShapesSource()), data(CaptionedPhotos()), None):  # None: no module
         with pytest.raises(ValueError, match=r"twin_photos true \(ShapesSource\), or drop "
                                              r"TwinContrast"):
             TwinContrast().prepare(without, tokenizer=None)

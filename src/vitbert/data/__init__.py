@@ -1,14 +1,14 @@
 """Data: captioned photos in the layouts people have them in (Flickr30k, Flickr8k, COCO, a folder
 of one's own: `layouts`), one uint8 image cache, a WordPiece tokenizer, the MLM collator, the data
-sources (`DataSource`; `CaptionedPhotos`, also known by its first name `Flickr30kSource`) and the
-one LightningDataModule that ties them together (`datamodule.CaptionDataModule`, not imported here:
-it pulls in Lightning, which inference does not need). Two packages beside the core bring sources of
-their own through the same interface: the generated shapes (`vitbert.shapes.ShapesSource`) and
-streamed litdata shards (`vitbert.streaming.StreamingSource`)."""
+sources (`DataSource`, `CaptionedPhotos`) and the one LightningDataModule that ties them together
+(`datamodule.CaptionDataModule`, not imported here: it pulls in Lightning, which inference does
+not need). Two packages beside the core bring sources of their own through the same interface: the
+generated shapes (`vitbert.shapes.ShapesSource`) and streamed litdata shards
+(`vitbert.streaming.StreamingSource`)."""
 
 from .cache import CaptionDataset, DataError
 from .masking import STOP_WORDS, MLMCollator
-from .sources import CaptionedPhotos, DataSource, Flickr30kSource
+from .sources import CaptionedPhotos, DataSource
 from .tokenizer import (
     SPECIAL_TOKENS,
     load_tokenizer,
@@ -24,7 +24,6 @@ __all__ = [
     "CaptionedPhotos",
     "DataError",
     "DataSource",
-    "Flickr30kSource",
     "MLMCollator",
     "load_tokenizer",
     "tokenizer_from_json",

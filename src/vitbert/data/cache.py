@@ -15,7 +15,7 @@ skipping them would need a second pass or a copy of the whole array.
 
 Why a numpy memmap rather than a `datasets` Arrow dataset saved to disk: measured here (2 busy
 CPU cores, one process, random single-image reads of 2,000 images of 3x224x224;
-`vitbert.bench.data.compare_storage`): numpy memmap 14,800 images/s, Arrow (a fixed-shape
+`benchmarks.data.compare_storage`): numpy memmap 14,800 images/s, Arrow (a fixed-shape
 Array3D uint8 column, `with_format("numpy")`) 910 images/s; written in 1.9 s vs 9.3 s. A memmap
 read is one slice of the page cache copied into a tensor; Arrow's row access goes through its
 table, formatting and nested-list layers. Arrow earns its place for variable-sized records; ours

@@ -78,7 +78,7 @@ class CaptionDataModule(L.LightningDataModule):
     ):
         """
         Args:
-            source: Where the captioned pictures come from: vitbert.data.Flickr30kSource (photos
+            source: Where the captioned pictures come from: vitbert.data.CaptionedPhotos (photos
                 on disk), vitbert.streaming.StreamingSource (litdata shards, local or s3://), or
                 vitbert.shapes.ShapesSource (generated: the embedded default).
             batch_size: Captions per batch (each distinct picture in it stacked once).

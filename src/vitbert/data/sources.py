@@ -6,7 +6,7 @@ current), and the training captions the tokenizer learns from. Everything after 
 
     data:
       source:
-        class_path: vitbert.data.Flickr30kSource
+        class_path: vitbert.data.CaptionedPhotos
         init_args: {root: /data/flickr30k}
 
 A new captioned set is a subclass of `DataSource` that writes the cache format of
@@ -195,8 +195,3 @@ class CaptionedPhotos(DataSource):
         # The annotations alone: the tokenizer does not wait for the photos to be decoded.
         _, _, parsed = read_annotations(self.root, self.format)
         return [c for r in parsed.records if r.split == "train" for c in r.captions]
-
-
-class Flickr30kSource(CaptionedPhotos):
-    """`CaptionedPhotos` under its first name, which configs and saved checkpoints give as
-    ``class_path: vitbert.data.Flickr30kSource``: the same source, every layout included."""

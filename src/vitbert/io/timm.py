@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from vitbert.io.files import StoredModel, load_tensors_file, safetensors_bytes, write_shared
+from vitbert.io.files import StoredModel, load_tensors_file
 from vitbert.io.transfer import TransferReport, transfer_weights
 from vitbert.models.vit import ViT
 
@@ -68,25 +68,6 @@ def timm_key(key: str) -> str:
     if key.startswith(("blocks.", "norm.")):
         return "encoder." + key
     return key
-
-
-def to_timm_names(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Our tower's keys under timm's names: the inverse of :func:`timm_key`."""
-    def timm_name(key: str) -> str:
-        if key == "pos_embed.weight":
-            return TIMM_POSITIONS
-        return key.removeprefix("encoder.")
-    return {timm_name(key): value for key, value in state.items()}
-
-
-def save_image_weights(tower: ViT, path: Path) -> int:
-    """Write ``tower``'s weights to a ``.safetensors`` file under timm's names, the file
-    :func:`load_image_weights` (and ``model.net.image.pretrained``) reads; replaced in one step,
-    readable by all like an exported model. Returns the number of tensors."""
-    state = {key: value.detach().cpu().contiguous()
-             for key, value in to_timm_names(tower.state_dict()).items()}
-    write_shared(path, safetensors_bytes(state))
-    return len(state)
 
 
 def to_our_names(state: Mapping[str, Tensor], tower: ViT | None = None) -> dict[str, Tensor]:

@@ -2,8 +2,8 @@
 ViT add to their tokens, and the (row, column) of each cell of an image grid.
 
 The other schemes of the course (sinusoidal, RoPE in 1D and 2D, a learned offset bias) are used
-by its experiments only and live with them (:mod:`vitbert.experiments.position`); the encoder
-takes them through :class:`vitbert.nn.AttentionContext` (``rotary``, ``bias``).
+by its experiments only and live with them (:mod:`experiments.position`, beside the package);
+the encoder takes them through :class:`vitbert.nn.AttentionContext` (``rotary``, ``bias``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
-from vitbert.data import flickr30k
+from vitbert.data import captioned_photos
 from vitbert.data.cache import CaptionDataset, decode_image
 from vitbert.streaming.shards import write_shards
 
@@ -134,10 +134,11 @@ def data_benchmark(root: str | Path | None = None, n_images: int = 256, image_si
         if root is None:
             root = make_jpeg_folder(work / "jpegs", n_images)
         t0 = time.perf_counter()
-        summary = flickr30k.build_cache(root, work / "cache", image_size, workers=num_workers)
+        summary = captioned_photos.build_cache(root, work / "cache", image_size,
+                                               workers=num_workers)
         build_s = time.perf_counter() - t0
         cached = CaptionDataset(work / "cache", "train")
-        img_dir = flickr30k.locate(root).img_dir
+        img_dir = captioned_photos.locate(root).img_dir
         decoding = DecodingDataset(cached, lambda row: img_dir / cached.files[row])
         cached_sps = loader_throughput(cached, batch_size, num_workers, max_batches)
         decode_sps = loader_throughput(decoding, batch_size, num_workers, max_batches)

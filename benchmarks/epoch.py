@@ -46,10 +46,10 @@ from PIL import Image
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from vitbert.bench.data import make_jpeg_folder
-from vitbert.bench.flops import reference_step_flops, vitbert_step_flops
-from vitbert.bench.reference import ReferenceModel
-from vitbert.bench.step import (
+from benchmarks.data import make_jpeg_folder
+from benchmarks.flops import reference_step_flops, vitbert_step_flops
+from benchmarks.reference import ReferenceModel
+from benchmarks.step import (
     IGNORE_INDEX,
     Batch,
     _our_optimizer,
@@ -354,7 +354,7 @@ class Span:
 
 def step_flops(name: str, config: VitBertConfig, batch: int, text_len: int, targets: int,
                photos: int) -> int:
-    """Matmul FLOPs of one step (vitbert.bench.flops); ours runs the tower on the batch's
+    """Matmul FLOPs of one step (benchmarks.flops); ours runs the tower on the batch's
     ``photos`` (each once), a frozen tower forward only once per photo, in the cache build, so
     its step has no image-tower work at all."""
     if name.startswith("obvious"):
@@ -376,8 +376,8 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
     ``steps`` timed steps per contender, in ``rounds`` alternating rounds; the frozen
     contender, much faster, runs ``frozen_steps_factor`` times as many so its time is measurable.
     """
-    from vitbert.bench.cuda import bf16_autocast, device_peak_tflops
-    from vitbert.data import Flickr30kSource
+    from benchmarks.cuda import bf16_autocast, device_peak_tflops
+    from vitbert.data import CaptionedPhotos
     from vitbert.data.datamodule import CaptionDataModule
 
     cuda = torch.cuda.is_available()
@@ -391,7 +391,7 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
         work = Path(workdir or tmp)
         t0 = time.perf_counter()
         root = make_jpeg_folder(work / "flickr30k", n_images, layout="karpathy")
-        source = Flickr30kSource(root=str(root), cache_dir=str(work / "cache"),
+        source = CaptionedPhotos(root=str(root), cache_dir=str(work / "cache"),
                                  prepare_workers=workers)
         dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=workers,
                                image_size=config.image.image_size,

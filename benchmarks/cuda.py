@@ -1,6 +1,6 @@
 """The GPU figures: bf16-mixed steps, MFU against the device's peak, ``torch.compile`` on/off.
 
-MFU = (matmul FLOPs of a step, :mod:`vitbert.bench.flops`) × steps/s ÷ the device's dense bf16
+MFU = (matmul FLOPs of a step, :mod:`benchmarks.flops`) × steps/s ÷ the device's dense bf16
 peak from :data:`PEAK_BF16_TFLOPS` (the vendor's figure, no sparsity). A device not in the table
 gets the measured bf16 matmul peak instead, and says so. Without CUDA everything here reports
 ``{"skipped": "no CUDA"}``.
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from vitbert.bench.flops import vitbert_step_flops
-from vitbert.bench.step import (
+from benchmarks.flops import vitbert_step_flops
+from benchmarks.step import (
     Batch,
     alternate,
     batch_stats,

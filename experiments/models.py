@@ -22,8 +22,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from vitbert.experiments.data import IMAGE_SIZE
-from vitbert.experiments.position import RelativePositionBias2D, Rotary2D
+from experiments.data import IMAGE_SIZE
+from experiments.position import RelativePositionBias2D, Rotary2D
 from vitbert.models.patch_embed import ConvStem
 from vitbert.nn import AttentionContext, BlockConfig, Encoder, LearnedPosition
 

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.bench.flops import num_image_tokens, reference_step_flops, vitbert_step_flops
-from vitbert.bench.reference import ReferenceModel
+from benchmarks.flops import num_image_tokens, reference_step_flops, vitbert_step_flops
+from benchmarks.reference import ReferenceModel
 from vitbert.data.features import IMAGE_INDEX
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.objectives import masked_lm_loss, tower_output
@@ -33,7 +33,7 @@ from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups
 from vitbert.models import Photos, VitBert, VitBertConfig
 
 Batch = dict[str, Tensor]
-DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "default.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Lightning's per-step machinery costs more than these models do on a CPU, so the experiments use
 this loop: data held in memory as tensors, Adam, cross-entropy, test accuracy at the end. The
-:class:`~vitbert.experiments.stats.ParameterStatsCallback` plugs in through its plain-loop API, so
+:class:`~experiments.stats.ParameterStatsCallback` plugs in through its plain-loop API, so
 the stalled-parameter diagnostics are the same code the main (Lightning) training uses.
 """
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.experiments.stats import ParameterStatsCallback
+from experiments.stats import ParameterStatsCallback
 
 
 @dataclass

