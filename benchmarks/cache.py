@@ -85,8 +85,8 @@ def our_features(weights: dict[str, torch.Tensor], folder: Path, work: Path, siz
     from vitbert.models import ImageTowerConfig, VitBert, VitBertConfig
 
     net = VitBert(VitBertConfig(image=ImageTowerConfig(
-        kind="hybrid", backbone=CNN, backbone_pool=pool, image_size=size, patch_size=1,
-        dim=64, depth=0, num_heads=1), image_tokens="pooled"))
+        kind="hybrid", backbone=CNN, backbone_grid=1 if pool else None, image_size=size,
+        patch_size=1, dim=64, depth=0, num_heads=1), image_tokens="pooled"))
     net.image_tower.patch_embed.backbone.load_state_dict(weights)
     source = CaptionedPhotos(root=str(folder), cache_dir=str(work / "cache"),
                              prepare_workers=workers)

@@ -59,7 +59,7 @@ from benchmarks.step import (
 )
 from vitbert.cli import config_net
 from vitbert.data.features import FEATURES_KEY
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.models import VitBertConfig, build_network
 
 PARTS = ("data", "image_tower", "text_tower", "head", "optimizer", "other")
 MLM_PROBABILITY = 0.15  # configs/flickr30k.yaml's (BERT's), for every contender alike
@@ -319,7 +319,7 @@ def ours(config: VitBertConfig, datamodule: Any, device: torch.device, frozen: b
     from vitbert.data.features import build_image_features
 
     torch.manual_seed(0)
-    model = VitBert(config).to(device).train()
+    model = build_network(config).to(device).train()
     one_time: dict[str, float] = {}
     if frozen:
         model.image_tower.requires_grad_(False)

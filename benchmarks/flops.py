@@ -128,7 +128,8 @@ def vitbert_step_flops(config: VitBertConfig, batch: int, text_len: int, targets
     f.forward["text_encoder"] = encoder_flops(batch, n + text_len, D, text.num_heads, text.depth,
                                               text.mlp_ratio)
     if with_image and getattr(config.extension, "lookup_heads", 0):
-        f.forward["lookup"] = lookup_flops(config, batch, text_len, n)
+        # The shapes network's reader, after the encoder: it projects the image tokens again.
+        f.forward["lookup"] = lookup_flops(config, batch, text_len, n) + f.forward["projector"]
     rows = batch * text_len if targets is None else targets
     f.forward["mlm_head"] = linear_flops(rows, D, D) + linear_flops(rows, D, V)
     return f

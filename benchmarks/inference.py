@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.models import VitBertConfig, build_network
 
 QUERIES = (
     "a small [MASK] circle left of a large blue square",
@@ -34,7 +34,7 @@ def fill_mask(config: VitBertConfig | None = None, tokenizer: Any = None,
     if checkpoint is not None:
         return FillMask.from_checkpoint(checkpoint, device=device)
     torch.manual_seed(0)
-    return FillMask(VitBert(config), tokenizer, device=device)
+    return FillMask(build_network(config), tokenizer, device=device)
 
 
 def inference_benchmark(fm: Any, image: Any, queries: tuple[str, ...] = QUERIES,

@@ -30,7 +30,7 @@ from vitbert.data.features import IMAGE_INDEX
 from vitbert.data.masking import IGNORE_INDEX
 from vitbert.lit.objectives import masked_lm_loss, tower_output
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups
-from vitbert.models import Photos, VitBert, VitBertConfig
+from vitbert.models import Photos, VitBertConfig, build_network
 
 Batch = dict[str, Tensor]
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
@@ -185,7 +185,7 @@ def ours(config: VitBertConfig, batches: list[Batch], seed: int = 0, name: str =
          fused_optimizer: bool = True) -> Contender:
     """Our model with the training system's optimizer (fused AdamW, decay groups)."""
     torch.manual_seed(seed)
-    model = VitBert(config).to(batches[0]["input_ids"].device).train()
+    model = build_network(config).to(batches[0]["input_ids"].device).train()
     return Contender(name, model, _our_optimizer(model, fused_optimizer), vitbert_loss, batches)
 
 

@@ -70,7 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import step as st
 from benchmarks.data import compare_storage, data_benchmark
 from vitbert.cli import config_net
-from vitbert.models import VitBertConfig
+from vitbert.models import VitBertConfig, build_network
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -257,12 +257,11 @@ def add_captions_args(p: argparse.ArgumentParser) -> None:
 
 def bench_captions(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
     from benchmarks.captions import caption_benchmark
-    from vitbert.models import VitBert
 
     config, batches, tokenizer, _ = default_size(args.config)
     torch.manual_seed(0)
     pieces = min(args.caption_pieces, config.text.max_len - 1)
-    net = VitBert(config)
+    net = build_network(config)
     out = caption_benchmark(net, tokenizer, batches[0]["images"],
                             tuple(args.caption_batch_sizes), pieces, args.caption_rounds)
     out["model"] = "fresh model at the training config's sizes"

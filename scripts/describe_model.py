@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from vitbert.cli import CONFIGS, config_net
-from vitbert.models import VitBert, VitBertConfig
+from vitbert.models import VitBertConfig, build_network
 
 
 def load_config(path: Path) -> VitBertConfig:
@@ -78,16 +78,17 @@ def tree(model: nn.Module, max_depth: int = 4) -> list[str]:
             label = f"{child_name} (each)" if repeated else child_name
             visit(child, label, child_prefix, depth + 1)
 
-    visit(model, "VitBert", "", 0)
+    visit(model, type(model).__name__, "", 0)
     return lines
 
 
 def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
     with torch.device("meta"):
-        model = VitBert(config)
+        model = build_network(config)
     image, text = config.image, config.text
     total = sum(p.numel() for p in model.parameters())
-    cnn = (f"{image.backbone}{' (its mean)' if image.backbone_pool else ''}" if image.backbone
+    grid = image.backbone_grid
+    cnn = (f"{image.backbone}{f' (averaged to {grid}×{grid})' if grid else ''}" if image.backbone
            else f"ResNetV2{tuple(image.hybrid_layers)}")
     header = [
         f"== {name} ==",

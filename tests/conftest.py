@@ -38,7 +38,6 @@ def _seed():
 
 TINY_NET = [
     "--model.net.image.dim", "32", "--model.net.image.depth", "1",
-    "--model.net.extension.init_args.hue_dim", "8",  # the default's 32 is the whole width
     "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
     "--model.net.text.dim", "32", "--model.net.text.depth", "2",
     "--model.net.text.num_heads", "2",
@@ -81,7 +80,7 @@ def trained(tmp_path_factory) -> Trained:
         main(["fit", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
               # no contrastive heads: tests/retrieval trains its own
               "--model.net.itc_dim", "0",
-              *objectives("words", "captions", "focus", "twins"),
+              *objectives("words", "captions", "mlm"),
               "--checkpoint.monitor", "null", "--checkpoint.dirpath", str(root / "ckpt"),
               *data_args(root), *TINY_NET, *QUIET])
     ckpt = root / "ckpt" / "last.ckpt"

@@ -15,7 +15,6 @@ SCRIPTS = REPO / "scripts"
 # A model small enough for a few training steps in a test, as command-line flags.
 TINY_MODEL = [
     "--model.net.image.dim", "32", "--model.net.image.depth", "1",
-    "--model.net.extension.init_args.hue_dim", "8",  # the default's 32 is the whole width
     "--model.net.image.num_heads", "2", "--model.net.image.stem_hidden_dim", "8",
     "--model.net.text.dim", "32", "--model.net.text.depth", "1", "--model.net.text.num_heads", "2",
 ]
@@ -27,9 +26,6 @@ DEFAULT_OBJECTIVES = {
               "init_args": {"weight": 10.0}},
     "captions": {"class_path": "vitbert.lit.objectives.CaptionWriting",
                  "init_args": {"probability": 0.3}},
-    "focus": {"class_path": "vitbert.shapes.FocusedMaskedLM",
-              "init_args": {"focus_weight": 2.0, "start": 0.3}},
-    "twins": {"class_path": "vitbert.shapes.TwinContrast", "init_args": {"weight": 0.3}},
     "mlm": {"class_path": "vitbert.lit.objectives.MaskedLM"},
 }
 
@@ -38,13 +34,6 @@ def objectives(*names: str) -> list[str]:
     """``--model.objectives`` for the named objectives of :data:`DEFAULT_OBJECTIVES`, in order
     (a command line replaces the config's whole list)."""
     return ["--model.objectives", json.dumps([DEFAULT_OBJECTIVES[name] for name in names])]
-
-
-# The embedded default without the shapes data's levers: no extension (its hue-apart tower needs
-# the conv stem), no twin photos (read from an image cache, which a streamed source does not
-# have), plain masked-language modelling.
-NO_LEVERS = ["--model.net.extension", "null", "--data.source.init_args.twin_photos", "false",
-             *objectives("itc", "words", "captions", "mlm")]
 
 
 def load_script(name: str) -> ModuleType:

@@ -1,8 +1,10 @@
-"""The embedded default and the class defaults (issue 53): the classes' own defaults are the plain
-model — masked-language modelling alone, no network extension, no data source, BERT's 15% hidden,
-no whole-split evaluation — and configs/default.yaml switches on, explicitly and only there,
-everything the embedded default uses (:data:`SWITCHED_ON`): the shapes data's levers
-(``vitbert.shapes``) among them, which no photo config names. Every config parses."""
+"""The embedded default and the class defaults (issues 53 and 62): the classes' own defaults are
+the plain model — masked-language modelling alone, no network extension, no data source, BERT's
+15% hidden, no whole-split evaluation — and configs/default.yaml switches on, explicitly and only
+there, what the embedded default uses (:data:`SWITCHED_ON`): the general model, nothing of the
+shapes data's (``vitbert.shapes``) but the data itself, which the command line gives a run that
+names none. configs/shapes_binding.yaml names the shapes data's levers; no photo config does.
+Every config parses."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from vitbert.cli import DEFAULT_CONFIG
 from vitbert.data.datamodule import CaptionDataModule
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import MaskedLM
-from vitbert.models import VitBertConfig
+from vitbert.models import VitBert, VitBertConfig
 
 CONFIGS = DEFAULT_CONFIG.parent
 # The configs that train on photos: none may need anything made for the shapes data.
@@ -72,26 +74,16 @@ def strings(tree) -> list[str]:
 
 
 # What configs/default.yaml switches on over the plain model's class defaults, with the class
-# default. The shapes data's levers are whole classes here: the network extension, the source
-# (with its twin photos), and two of the objectives.
-EMBEDDED_OBJECTIVES = [DEFAULT_OBJECTIVES[name]
-                       for name in ("itc", "words", "captions", "focus", "twins")]
-BINDING_LEVERS = {"class_path": "vitbert.shapes.BindingLevers",
-                  "init_args": {"hue_dim": 32, "places": True, "lookup_heads": 4,
-                                "share_window": 6, "lookup_place": True}}
-SHAPES_SOURCE = {"class_path": "vitbert.shapes.ShapesSource",
-                 "init_args": {"root": "data/shapes", "num_train": 20000, "num_val": 2000,
-                               "num_test": 2000, "twin_photos": True}}
+# default: the general model's settings, no class of the shapes data's.
+EMBEDDED_OBJECTIVES = [DEFAULT_OBJECTIVES[name] for name in ("itc", "words", "captions", "mlm")]
 SWITCHED_ON = {"model.net.image.attention_radius": (2, None),
                "model.net.itc_dim": (128, 0),
-               "model.net.extension": (BINDING_LEVERS, None),
                "model.objectives": (EMBEDDED_OBJECTIVES, None),
-               "model.optimizer.min_lr_ratio": (0.3, 0.05),
-               "data.source": (SHAPES_SOURCE, None),
                "data.mlm_probability": (0.3, 0.15),
                "captions.num_images": (200, 0), "captions.every_n_epochs": (3, 1),
-               "binding.num_images": (200, 0),
                "retrieval.num_images": (500, 0)}
+# The data a run that names none trains on (the command line's default, vitbert.cli).
+EMBEDDED_SOURCE = "vitbert.shapes.ShapesSource"
 
 
 def parse(config: Path) -> dict:
@@ -127,11 +119,13 @@ def test_the_class_defaults_are_the_plain_model(defaults):
     assert lookup(defaults, "model.net.extension") is None
     assert lookup(defaults, "model.net.image.attention_radius") is None  # global, as every ViT
     assert lookup(defaults, "model.net.itc_dim") == 0  # no contrastive heads
-    assert lookup(defaults, "data.source") is None  # no default source: a config names one
+    # The command line's data when none is named: the embedded pictures, its one shapes class.
+    assert lookup(defaults, "data.source")["class_path"] == EMBEDDED_SOURCE
     assert lookup(defaults, "data.mlm_probability") == 0.15  # BERT's
-    for evaluation in ("captions", "binding", "retrieval"):
+    for evaluation in ("captions", "retrieval"):
         assert lookup(defaults, f"{evaluation}.num_images") == 0, evaluation
-    assert not [s for s in strings(defaults) if s.startswith(SHAPES)]
+    assert lookup(defaults, "binding") is ABSENT  # the shapes data's tests: a config lists them
+    assert [s for s in strings(defaults) if s.startswith(SHAPES)] == [EMBEDDED_SOURCE]
 
     # The classes themselves, as Python builds them.
     assert inspect.signature(MaskedLMModule).parameters["objectives"].default is None
@@ -144,7 +138,7 @@ def test_the_class_defaults_are_the_plain_model(defaults):
     assert [type(o) for o in module.objectives] == [MaskedLM] and module.objectives[0].weight == 1
     assert module.hparams["objectives"] == [
         {"class_path": "vitbert.lit.objectives.MaskedLM", "init_args": {"weight": 1.0}}]
-    assert module.heads == {} and module.net.reader is None and not module.net.has_itc
+    assert module.heads == {} and type(module.net) is VitBert and not module.net.has_itc
     assert not module.writes_captions
 
 
@@ -153,10 +147,23 @@ def test_the_embedded_default_switches_on_exactly_what_it_uses(defaults):
     differ = {key: (value, lookup(defaults, key)) for key, value in leaves(embedded)
               if as_yaml(lookup(defaults, key)) != value}
     assert differ == SWITCHED_ON, "configs/default.yaml switches on exactly these, explicitly"
-    # Every lever of the shapes data the embedded default uses is named there, by class path.
-    named = [s for s in strings(embedded) if s.startswith(SHAPES)]
-    assert sorted(named) == ["vitbert.shapes.BindingLevers", "vitbert.shapes.FocusedMaskedLM",
-                             "vitbert.shapes.ShapesSource", "vitbert.shapes.TwinContrast"]
+    # The first config a user opens is the general model: it names nothing of the shapes data.
+    assert "shapes" not in DEFAULT_CONFIG.read_text()
+    assert lookup(parse(DEFAULT_CONFIG), "model.net.extension") is None
+
+
+def test_the_shapes_levers_have_their_own_config():
+    """configs/shapes_binding.yaml: the embedded default with the shapes data's levers (the
+    network extension) and its binding swap tests (a callback)."""
+    path = CONFIGS / "shapes_binding.yaml"
+    parsed = parse(path)
+    assert parsed["model"]["net"]["extension"]["class_path"] == "vitbert.shapes.BindingLevers"
+    assert [c["class_path"] for c in parsed["trainer"]["callbacks"]] == [
+        "vitbert.shapes.BindingEvaluation"]
+    default = parse(DEFAULT_CONFIG)
+    for key in ("model.objectives", "model.optimizer", "data.mlm_probability",
+                "model.net.itc_dim", "captions", "retrieval"):
+        assert lookup(parsed, key) == lookup(default, key), key  # the levers, nothing else
 
 
 def test_help_shows_the_run_settings_of_the_embedded_default(defaults):
@@ -207,7 +214,8 @@ def test_every_training_config_parses(name):
 
 def test_the_photo_configs_are_all_there():
     training = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
-    assert sorted([*PHOTO_CONFIGS, "default"]) == training  # a new config: is it a photo one?
+    # A new config: is it a photo one?
+    assert sorted([*PHOTO_CONFIGS, "default", "shapes_binding"]) == training
 
 
 @pytest.mark.parametrize("name", PHOTO_CONFIGS)

@@ -13,7 +13,6 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-from helpers import NO_LEVERS
 
 from vitbert.cli import main
 
@@ -84,7 +83,7 @@ def test_pretrained_weights_offline(tmp_path, monkeypatch, capsys):
         "fit", "--model.net.image.kind", "vit", "--model.net.image.patch_size", "16",
         "--model.net.image.class_token", "true", "--model.net.image.pool", "cls",
         "--model.net.image.dim", "32", "--model.net.image.depth", "1",
-        *NO_LEVERS,  # the shapes levers' hue-apart tower needs the conv stem
+         # the shapes levers' hue-apart tower needs the conv stem
         "--model.net.image.num_heads", "2",
         "--model.net.image.pretrained", "vit_tiny_patch16_224",
         "--data.source.init_args.root", str(tmp_path / "shapes"),

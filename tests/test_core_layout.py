@@ -16,6 +16,7 @@ synthetic sources with a planted violation, so a checker that finds nothing is k
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "vitbert"
 # The core's packages, lowest layer first: a module may import its own package and lower ones.
 LAYERS = ("nn", "models", "data", "decoding", "io", "lit")
 SHAPES = "vitbert.shapes"
+SHAPES_NAMED = re.compile(r"\bvitbert[./]shapes\b")  # by dotted name or by folder
 MAX_PARAMETERS = 8  # besides self / cls; __init__ excepted
 MAX_LIT_FILES = 14
 
@@ -117,6 +119,20 @@ def shapes_imports(modules: dict[str, Module]) -> list[str]:
     known = set(modules)
     return [f"{m.name}:{i.line} {i.names[-1]}" for m in core(modules) for i in imports(m, known)
             if any(name == SHAPES or name.startswith(SHAPES + ".") for name in i.names)]
+
+
+def shapes_strings(modules: dict[str, Module]) -> list[str]:
+    """(a'') ``module:line text`` for each string of the core that names the shapes package
+    (``vitbert.shapes``, or its folder): a class path a core module would load by name, an entry
+    point, a plug-in list, a docstring that sends the reader there; the core never names it."""
+    found = []
+    for m in core(modules):
+        for node in ast.walk(ast.parse(m.source)):
+            named = (SHAPES_NAMED.search(node.value)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str) else None)
+            if named:
+                found.append(f"{m.name}:{node.lineno} {named[0]}")
+    return found
 
 
 def outside_imports(modules: dict[str, Module]) -> list[str]:
@@ -240,6 +256,11 @@ def test_the_core_imports_nothing_of_the_shapes_data(tree):
     assert not found, "the core imports vitbert.shapes:\n  " + "\n  ".join(found)
 
 
+def test_the_core_names_the_shapes_package_in_no_string(tree):
+    found = shapes_strings(tree)
+    assert not found, "the core names vitbert.shapes:\n  " + "\n  ".join(found)
+
+
 def test_the_core_imports_nothing_built_on_it(tree):
     found = outside_imports(tree)
     assert not found, "the core imports a package outside it:\n  " + "\n  ".join(found)
@@ -288,6 +309,24 @@ def test_the_shapes_check_finds_every_kind_of_import():
         "vitbert.models.config:3 vitbert.shapes.BindingLevers",
         "vitbert.data.sources:1 vitbert.shapes",
         "vitbert.io.files:1 vitbert.shapes.model",
+    ]
+
+
+def test_the_string_check_finds_the_shapes_package_named_in_any_string():
+    tree = tree_of(
+        io__files='UPGRADES = ("vitbert.shapes.model.read_levers",)\n',  # a path loaded by name
+        models__config='"""The levers (:class:`vitbert.shapes.BindingLevers`)."""\n',
+        data__sources=("import importlib.metadata\n"
+                       "found = importlib.metadata.entry_points(name='vitbert.shapes')\n"),
+        lit__module="PATH = 'src/vitbert/shapes/model.py'\n",  # by its folder
+        nn__attention="NOTE = 'shapes of tensors; vitbert.shapesish is another name'\n",
+        cli="EMBEDDED = 'vitbert.shapes.ShapesSource'\n",  # not the core: allowed
+    )
+    assert shapes_strings(tree) == [
+        "vitbert.io.files:1 vitbert.shapes",
+        "vitbert.models.config:1 vitbert.shapes",
+        "vitbert.data.sources:2 vitbert.shapes",
+        "vitbert.lit.module:1 vitbert/shapes",
     ]
 
 

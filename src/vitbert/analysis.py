@@ -16,6 +16,7 @@ content word: mostly nouns, with the non-colour adjectives).
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,6 @@ from vitbert.data.cache import SPLITS, CaptionDataset, DataError
 from vitbert.data.datamodule import evaluation_mlm_probability
 from vitbert.data.masking import IGNORE_INDEX, STOP_WORDS, MLMCollator
 from vitbert.io import CheckpointError, load_model
-from vitbert.lit.binding import binding_scores, swap_maker
 from vitbert.lit.conditions import (
     ANOTHER_PHOTO,
     TEXT_ONLY,
@@ -38,7 +38,6 @@ from vitbert.lit.conditions import (
     select_captions,
 )
 from vitbert.lit.evaluation import images_and_references
-from vitbert.lit.negatives import SwapNegatives
 from vitbert.lit.objectives import masked_logits
 from vitbert.lit.retrieval import retrieval_scores, split_for_retrieval
 
@@ -105,7 +104,9 @@ def _source_from(settings: dict[str, Any], root: str | None, cache_dir: str | No
     if cache_dir is not None:
         key = "cache_dir" if "cache_dir" in init_args else "root"
         init_args[key] = cache_dir
-    return getattr(importlib.import_module(module), name)(**init_args)
+    source_class = getattr(importlib.import_module(module), name)
+    known = inspect.signature(source_class).parameters  # a setting since removed is dropped
+    return source_class(**{k: v for k, v in init_args.items() if k in known})
 
 
 def checkpoint_source(ckpt: str | Path, root: str | None = None, cache_dir: str | None = None
@@ -282,17 +283,21 @@ def plot(summary: dict[str, Any], out: str | Path, title: str = "") -> Path:
 @torch.no_grad()
 def analyse_binding(ckpt: str | Path, split: str = "test", num_images: int | None = None,
                     root: str | None = None, cache_dir: str | None = None) -> dict[str, float]:
-    """The binding swap tests (:mod:`vitbert.lit.binding`) of a ``.ckpt`` on ``num_images``
-    pictures of ``split`` (a fixed sample; None: all), every caption of each, with the negatives
-    of the data the checkpoint was trained on."""
+    """The shapes data's binding swap tests (:mod:`vitbert.shapes.binding`) of a ``.ckpt``
+    trained on it, on ``num_images`` pictures of ``split`` (a fixed sample; None: all), every
+    caption of each."""
+    from vitbert.shapes import ShapesSource
+    from vitbert.shapes.binding import binding_scores
+
     source, data, dataset = checkpoint_split(ckpt, split, root, cache_dir)
+    if not isinstance(source, ShapesSource):
+        raise CheckpointError(f"{ckpt}: trained on {type(source).__name__}; the binding swap "
+                              f"tests swap the shapes data's colours, shapes and relations, so "
+                              f"they read a checkpoint trained on it")
     net, tokenizer = load_model(ckpt)
-    max_length = int(data["max_length"])
-    make = swap_maker(source, tokenizer, lambda: SwapNegatives.from_captions(
-        tokenizer, CaptionDataset(source.cache_dir, "train").captions), max_length)
     _, firsts, captions = images_and_references(dataset, num_images)
     images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
-    return binding_scores(net, tokenizer, images, captions, make, max_length)
+    return binding_scores(net, tokenizer, images, captions, max_length=int(data["max_length"]))
 
 
 @torch.no_grad()

@@ -29,7 +29,6 @@ from vitbert.data.datamodule import CaptionDataModule
 from vitbert.io import CheckpointError
 from vitbert.io.bert import bert_folder, text_tower_config
 from vitbert.io.files import load_tensors_file
-from vitbert.lit.binding import BindingEvaluation
 from vitbert.lit.evaluation import CaptionEvaluation
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.retrieval import RetrievalEvaluation
@@ -42,6 +41,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = REPO_ROOT / "configs"
 DEFAULT_CONFIG = CONFIGS / "default.yaml"
 CONFIG_FLAGS = ("--config", "-c")
+# The data a run trains on when it names none: generated captioned pictures, which need no
+# download (the embedded default, configs/default.yaml).
+EMBEDDED_SOURCE = "vitbert.shapes.ShapesSource"
 
 
 # Every run gets a folder of its own, runs/version_N/: logs, config, checkpoints, predictions
@@ -168,11 +170,11 @@ class VitBertCLI(ProjectCLI):
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         # BLEU-4 / CIDEr-D of generated captions at validation and test (generation runs only).
         parser.add_lightning_class_args(CaptionEvaluation, "captions")
-        # The binding swap tests at validation (a sample) and test (every picture).
-        parser.add_lightning_class_args(BindingEvaluation, "binding")
         # Image-text retrieval R@k both ways at validation (a sample) and test (every picture),
         # for a model with contrastive heads (--model.net.itc_dim).
         parser.add_lightning_class_args(RetrievalEvaluation, "retrieval")
+        # Data: the embedded pictures, unless a config or the command line names a source.
+        parser.set_defaults({"data.source": {"class_path": EMBEDDED_SOURCE}})
         # Sizes the data must agree with are set once, on the model.
         parser.link_arguments("model.net.image.image_size", "data.image_size")
         parser.link_arguments("model.net.text.max_len", "data.max_length")

@@ -31,7 +31,7 @@ def test_num_tokens_works_right_after_init_and_the_tokenizer_is_cached(tmp_path)
     assert dm.hparams["source"] == {
         "class_path": "vitbert.shapes.source.ShapesSource",
         "init_args": {"root": str(tmp_path / "shapes"), "num_train": 300, "num_val": 64,
-                      "num_test": 40, "seed": 0, "twin_photos": False}}
+                      "num_test": 40, "seed": 0}}
     cached = list((tmp_path / "shapes").glob("tokenizer-*.json"))
     assert len(cached) == 1
     again = _shapes(tmp_path)

@@ -180,7 +180,7 @@ def test_fit_with_a_frozen_cnn_trains_the_rest_of_the_tower_on_its_cached_output
     mean), training reads the cache, the CNN never moves and stays in eval mode, every part after
     it trains; the loss is the one the tower would give run whole from the pixels."""
     config = VitBertConfig.from_dict({
-        "image": {"kind": "hybrid", "backbone": "resnet10t", "backbone_pool": pool,
+        "image": {"kind": "hybrid", "backbone": "resnet10t", "backbone_grid": 1 if pool else None,
                   "image_size": 64, "patch_size": 1, "dim": 16, "depth": 1, "num_heads": 2},
         "text": {"dim": 24, "depth": 1, "num_heads": 2, "max_len": 32},
         "vocab_size": datamodule.num_tokens, "image_tokens": "patches"})
@@ -235,7 +235,7 @@ def test_a_frozen_cnns_cache_is_keyed_by_what_its_output_depends_on(datamodule):
 
     key = feature_key(datamodule.cache_dir, hybrid(), "backbone")[0]
     assert feature_key(datamodule.cache_dir, hybrid(dim=32, depth=2), "backbone")[0] == key
-    assert feature_key(datamodule.cache_dir, hybrid(backbone_pool=True), "backbone")[0] != key
+    assert feature_key(datamodule.cache_dir, hybrid(backbone_grid=1), "backbone")[0] != key
     other = hybrid()
     with torch.no_grad():
         other.image_tower.patch_embed.backbone.conv1[0].weight.add_(1.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import NO_LEVERS, TINY_MODEL
+from helpers import TINY_MODEL
 from litdata import StreamingDataset
 from shard_photos import karpathy_copy
 
@@ -17,7 +17,6 @@ from vitbert.cli import main
 from vitbert.data import DataError
 from vitbert.data.cache import decode_image
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.shapes import TwinContrast
 from vitbert.streaming import StreamingSource
 from vitbert.streaming.shards import write_shards
 
@@ -90,19 +89,10 @@ def test_the_frozen_tower_feature_cache_stops_with_one_line(shards):
         dm.check_image_features()
 
 
-def test_the_twin_contrast_says_a_streamed_source_has_no_twins(shards):
-    # Twin photos are the shapes source's (read from its image cache): a streamed source brings
-    # none, and the objective that reads them says which setting it needs before training.
-    dm = _module(shards, num_workers=0)
-    with pytest.raises(ValueError, match=r"set --data.source.init_args.twin_photos true "
-                                         r"\(ShapesSource\), or drop TwinContrast"):
-        TwinContrast().prepare(dm, dm.tokenizer)
-
-
 def test_a_short_fit_through_the_cli(shards, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cli = main([
-        "fit", *TINY_MODEL, *NO_LEVERS, "--model.net.image.image_size", "16",
+        "fit", *TINY_MODEL, "--model.net.image.image_size", "16",
         "--model.net.image.patch_size", "8",
         "--data.source", "vitbert.streaming.StreamingSource",
         "--data.source.init_args.shards", str(shards),

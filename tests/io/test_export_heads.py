@@ -40,7 +40,7 @@ def run(tmp_path_factory):
     out = StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp)
-        _fit(tmp, *objectives("itc", "words", "captions", "focus", "twins"),
+        _fit(tmp, *objectives("itc", "words", "captions", "mlm"),
              "--checkpoint.dirpath", str(tmp / "ckpt"))
         ckpt = tmp / "ckpt" / "last.ckpt"
         with contextlib.redirect_stdout(out):
@@ -67,11 +67,7 @@ def test_export_writes_every_trained_head_and_says_so(run):
         names = set(stored.keys())
     assert set(WORD_HEAD) <= names
     assert "the network (" in printed and "word_head (2 tensors)" in printed, printed
-    # The checkpoint held one thing more: the focused masking's running losses (training state,
-    # vitbert.shapes.focus), named, not exported.
-    assert printed.strip().endswith("left out (not part of the model, nothing reads them): "
-                                    "difficulty.loss"), printed
-    assert "difficulty.loss" not in names
+    assert printed.strip().endswith("word_head (2 tensors)"), printed  # nothing left out
     reread = io.read_checkpoint(folder)
     assert sorted(reread.heads) == sorted(WORD_HEAD)
     for name in WORD_HEAD:
@@ -90,8 +86,8 @@ def test_with_the_same_heads_every_tensor_is_copied(run):
     assert "word_head 2" in report.splitlines()[0], report
     trained = torch.load(ckpt, weights_only=True)["state_dict"]
     ours = module.state_dict()
-    # Metric states and the focused masking's running losses are the run's state, not weights.
-    for name in (n for n in trained if not n.startswith(("val_", "test_", "difficulty."))):
+    # Metric states are the run's state, not weights.
+    for name in (n for n in trained if not n.startswith(("val_", "test_"))):
         assert torch.equal(ours[name], trained[name]), name
 
 
@@ -103,7 +99,7 @@ def test_heads_this_run_lacks_are_named_as_not_used(run, tmp_path, monkeypatch, 
     capsys.readouterr()
     # The embedded default's objectives without the word detector
     _fit(tmp_path, "--model.init_from", str(folder),
-         *objectives("itc", "captions", "focus", "twins"))
+         *objectives("itc", "captions", "mlm"))
     out = capsys.readouterr().out
     (line,) = [line for line in out.splitlines() if line.startswith("  not used")]
     assert line == (  # in the exported file's order (safetensors sorts the names)

@@ -64,3 +64,27 @@ def test_validate_always_measures():
 def test_every_n_epochs_is_a_count():
     with pytest.raises(ValueError, match="every_n_epochs=0"):
         Recorder(0)
+
+
+@pytest.mark.parametrize("evaluation", ["captions", "retrieval"])
+def test_the_whole_split_evaluations_are_off_by_default_and_a_config_switches_them_on(
+        evaluation):
+    """--captions.*, --retrieval.*: 0 pictures (off) unless a config asks; the embedded
+    default's configs/default.yaml asks for each."""
+    from helpers import train_cli
+
+    from vitbert.cli import DEFAULT_CONFIG
+    from vitbert.lit.evaluation import CaptionEvaluation
+    from vitbert.lit.retrieval import RetrievalEvaluation
+
+    kind = {"captions": CaptionEvaluation, "retrieval": RetrievalEvaluation}[evaluation]
+    assert kind().num_images == 0
+
+    def parse(*args: str) -> dict:
+        args = ["fit", "--config", str(DEFAULT_CONFIG), *args]  # as train.py parses them
+        return train_cli(args).parser.parse_args(args).fit.as_dict()[evaluation]
+
+    bare = train_cli(["fit"])._parser("fit").get_defaults()  # no config: the class defaults
+    assert bare[evaluation].num_images == 0
+    assert parse()["num_images"] > 0  # the embedded default asks for it
+    assert parse(f"--{evaluation}.num_images", "7")["num_images"] == 7

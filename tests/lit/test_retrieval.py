@@ -125,7 +125,7 @@ def test_the_callback_on_a_tiny_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     common = [*tiny_shapes(tmp_path / "shapes", num_train=128), *TINY_MODEL,
               "--trainer.max_steps", "2", "--trainer.enable_progress_bar", "false",
-              "--model.num_examples", "0", "--binding.num_images", "0",
+              "--model.num_examples", "0",
               "--captions.num_images", "0", "--retrieval.num_images", "32"]
     cli = main(["fit", *common])  # the embedded default lists the contrastive objective
     logged = cli.trainer.callback_metrics
@@ -142,7 +142,7 @@ def test_the_callback_on_a_tiny_run(tmp_path, monkeypatch, capsys):
                          "--split", "val"]) == 0
     assert "retrieval: 16 photos, 16 captions" in capsys.readouterr().out
     cli = main(["fit", *common, "--model.net.itc_dim", "0",  # no heads, no contrastive loss
-                *objectives("words", "captions", "focus", "twins")])
+                *objectives("words", "captions", "mlm")])
     assert not any("retrieval" in key for key in cli.trainer.callback_metrics)
     without = tmp_path / "runs" / "latest" / "checkpoints" / "last.ckpt"
     assert analyze.main(["--ckpt", str(without), "--retrieval"]) == 2

@@ -38,7 +38,7 @@ def _command(shards: Path, run: Path, *extra: str) -> list[str]:
     return [
         # The twin contrast reads twin photos from an image cache, which shards do not have.
         sys.executable, str(REPO / "scripts" / "train.py"), "fit", *TINY_MODEL,
-        *objectives("itc", "words", "captions", "focus"),
+        *objectives("itc", "words", "captions", "mlm"),
         "--model.net.image.image_size", "16", "--model.net.image.patch_size", "8",
         "--model.net.text.dropout", "0.1",
         "--data.source", "vitbert.streaming.StreamingSource",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import NO_LEVERS, TINY_MODEL, objectives
+from helpers import TINY_MODEL, objectives
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
@@ -117,24 +117,23 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
     tmp, _ = trained
     monkeypatch.chdir(tmp_path)
     last = tmp / "run" / "checkpoints" / "last.ckpt"
-    without_twins = objectives("itc", "words", "captions", "focus")
+    without_mlm = objectives("itc", "words", "captions")
     with pytest.warns(UserWarning, match="resuming") as caught:
         cli = fit(tmp, "--ckpt_path", str(last), "--model.freeze_image_tower_steps", "5",
-                  *without_twins, steps=16, run="resumed")
+                  *without_mlm, steps=16, run="resumed")
     assert cli.model.hparams.freeze_image_tower_steps == 0
     assert [o["class_path"] for o in cli.model.hparams.objectives] == [
         "vitbert.lit.contrastive.Contrastive", "vitbert.lit.objectives.WordDetection",
-        "vitbert.lit.objectives.CaptionWriting", "vitbert.shapes.focus.FocusedMaskedLM",
-        "vitbert.shapes.twins.TwinContrast"]
+        "vitbert.lit.objectives.CaptionWriting", "vitbert.lit.objectives.MaskedLM"]
     (message,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
     assert "model.freeze_image_tower_steps 5 (the checkpoint's: 0)" in message
     # Each objective by its class and arguments, not the parser's nested namespaces.
     assert "model.objectives [Contrastive(weight=1.0), WordDetection(weight=10.0), " in message
-    assert "TwinContrast(weight=0.3)])" in message and "Namespace" not in message
+    assert "MaskedLM(weight=1.0)])" in message and "Namespace" not in message
     assert "--model.init_from" in message
     assert "vocab_size" not in message  # filled in from the data on every run, not a choice
-    # The same command as the run's: nothing to say (the config names the shapes classes by
-    # their package, vitbert.shapes.BindingLevers; the checkpoint by their module).
+    # The same command as the run's: nothing to say (a config may name a class by its package,
+    # the checkpoint names it by its module).
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="resuming")
         fit(tmp, "--ckpt_path", str(last), steps=16, run="resumed")
@@ -286,7 +285,7 @@ def test_pretrained_image_weights_load_at_fit_start_only(tmp_path, monkeypatch):
     torch.save(reference.state_dict(), weights)
     vit = ["--model.net.image.kind", "vit", "--model.net.image.patch_size", "16",
            "--model.net.image.class_token", "true", "--model.net.image.pool", "cls",
-           *NO_LEVERS, "--model.net.image.pretrained", str(weights)]
+           "--model.net.image.pretrained", str(weights)]
     cli = fit(tmp_path, *vit, steps=0, run="pretrained")
     ours = cli.model.net.image_tower.patch_embed.proj.weight
     torch.testing.assert_close(ours, reference.patch_embed.proj.weight)

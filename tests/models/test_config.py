@@ -1,3 +1,4 @@
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -7,7 +8,7 @@ import torch
 import yaml
 
 from vitbert.cli import config_net
-from vitbert.models import ImageTowerConfig, VitBert, VitBertConfig
+from vitbert.models import ImageTowerConfig, VitBert, VitBertConfig, build_network
 from vitbert.shapes import BindingLevers
 
 CONFIGS = Path(__file__).parents[2] / "configs"
@@ -25,14 +26,14 @@ def test_round_trip_through_json_lists(name):
 def test_saved_config_loads_with_weights_only():
     """The dict a checkpoint keeps (extension included, as its class path and plain settings)."""
     buffer = io.BytesIO()
-    torch.save({"config": config_net("default").to_dict()}, buffer)
+    torch.save({"config": config_net("shapes_binding").to_dict()}, buffer)
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=True)["config"]
     assert loaded["extension"] == {
         "class_path": "vitbert.shapes.model.BindingLevers",
         "init_args": {"hue_dim": 32, "places": True, "lookup_heads": 4, "share_window": 6,
                       "lookup_place": True}}
-    assert VitBertConfig.from_dict(loaded) == config_net("default")
+    assert VitBertConfig.from_dict(loaded) == config_net("shapes_binding")
 
 
 def test_an_extension_compares_by_its_settings():
@@ -67,9 +68,9 @@ def test_each_training_config_builds_its_network(name):
     config = config_net(name)
     assert config.image.kind == net.get("image", {}).get("kind", ImageTowerConfig().kind)
     with torch.device("meta"):
-        model = VitBert(config)
-    assert (model.reader is None) == (config.extension is None or
-                                      not config.extension.lookup_heads)
+        model = build_network(config)
+    assert model.config == config
+    assert (type(model) is VitBert) == (config.extension is None)
 
 
 def test_default_is_the_patch_token_model():
@@ -87,15 +88,15 @@ def test_a_stored_config_from_before_local_attention_loads_as_global():
         ImageTowerConfig(attention_radius=-1)
 
 
-def test_the_class_defaults_are_neutral_and_the_embedded_default_switches_the_levers_on():
+def test_the_class_defaults_are_neutral_and_the_configs_switch_on_what_they_use():
     """No window, no extension, no contrastive heads by default (global attention, as every
-    pretrained ViT); configs/default.yaml asks for the window, the heads and the shapes data's
-    binding levers, by class path."""
+    pretrained ViT); configs/default.yaml asks for the window and the heads, and
+    configs/shapes_binding.yaml for the shapes data's binding levers too, by class path."""
     config = VitBertConfig()
     assert (config.image.attention_radius, config.extension, config.itc_dim) == (None, None, 0)
-    assert config_net("default") == VitBertConfig(
-        image=ImageTowerConfig(attention_radius=2), itc_dim=128,
-        extension=BindingLevers(hue_dim=32, places=True, lookup_heads=4, share_window=6,
-                                lookup_place=True))
+    general = VitBertConfig(image=ImageTowerConfig(attention_radius=2), itc_dim=128)
+    assert config_net("default") == general
+    assert config_net("shapes_binding") == dataclasses.replace(general, extension=BindingLevers(
+        hue_dim=32, places=True, lookup_heads=4, share_window=6, lookup_place=True))
     with pytest.raises(ValueError, match="itc_dim=-1"):
         VitBertConfig(itc_dim=-1)

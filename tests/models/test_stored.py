@@ -14,7 +14,7 @@ import torch
 from vitbert import io
 from vitbert.data.tokenizer import tokenizer_to_json, train_wordpiece
 from vitbert.io import load_network, write_exported
-from vitbert.models import VitBert
+from vitbert.models import VitBert, build_network
 
 CAPTIONS = ["a red circle left of a blue square", "a small green cross above a large diamond"]
 
@@ -31,7 +31,7 @@ def tokenizer():
 @pytest.fixture
 def ckpt(tmp_path, tokenizer, tiny_config):
     """A .ckpt in the layout training writes: plain config, ``net.`` weights, tokenizer JSON."""
-    model = VitBert(tiny_config(vocab_size=len(tokenizer)))
+    model = build_network(tiny_config(vocab_size=len(tokenizer)))
     path = tmp_path / "last.ckpt"
     torch.save({"hyper_parameters": {"net": model.config.to_dict()},
                 "state_dict": {f"net.{k}": v for k, v in model.state_dict().items()},
@@ -56,7 +56,7 @@ def test_timm_weights_and_our_checkpoints_go_through_one_transfer(ckpt, tokenize
     for module in (io.transfer, io.timm, io.load):
         monkeypatch.setattr(module, "transfer_weights", spy, raising=False)
     path, source = ckpt
-    target = VitBert(tiny_config(vocab_size=len(tokenizer)))
+    target = build_network(tiny_config(vocab_size=len(tokenizer)))
     from_timm = io.load_image_weights(target.image_tower, _timm_layout(source.image_tower))
     assert type(from_timm) is io.TransferReport and from_timm.missing == []
     report = io.initialize(target, init_from=str(path), tokenizer=tokenizer)
@@ -79,8 +79,8 @@ def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer, tiny_config)
     vocab[a], vocab[b] = vocab[b], vocab[a]
     old_json = json.dumps(spec)
     assert tokenizer_from_json(old_json).get_vocab()[a] == tokenizer.get_vocab()[b]
-    source = VitBert(tiny_config(vocab_size=len(tokenizer)))
-    target = VitBert(tiny_config(vocab_size=len(tokenizer)))
+    source = build_network(tiny_config(vocab_size=len(tokenizer)))
+    target = build_network(tiny_config(vocab_size=len(tokenizer)))
     stored = io.StoredModel(source.config, source.state_dict(), old_json, "memory")
     report = io.transfer_weights(target, stored, tokenizer)
     assert "matched by text" in report.vocabulary and not report.skipped
@@ -94,7 +94,7 @@ def test_rows_follow_their_tokens_when_only_the_ids_move(tokenizer, tiny_config)
 
 
 def test_exported_folder_round_trip_is_bit_identical(tmp_path, tiny_config):
-    model = VitBert(tiny_config())
+    model = build_network(tiny_config())
     write_exported(model, tmp_path / "a")
     loaded = load_network(tmp_path / "a")
     assert loaded.state_dict().keys() == model.state_dict().keys()
@@ -132,9 +132,9 @@ def test_the_tie_holds_after_every_kind_of_load(tmp_path, ckpt, tokenizer, tiny_
         io.load_model(tmp_path / "exported")[0],
         io.load_model(path)[0],
     ]
-    grown = VitBert(dataclasses.replace(tiny_config(), vocab_size=len(tokenizer) + 7))
+    grown = build_network(dataclasses.replace(tiny_config(), vocab_size=len(tokenizer) + 7))
     io.transfer_weights(grown, io.read_checkpoint(path), tokenizer)  # rows matched by text
-    pretrained = VitBert(tiny_config(vocab_size=len(tokenizer)))
+    pretrained = build_network(tiny_config(vocab_size=len(tokenizer)))
     io.load_image_weights(pretrained.image_tower, _timm_layout(source.image_tower))
     for model in loaded:
         assert torch.equal(model.mlm_head.decoder.weight, source.mlm_head.decoder.weight)
@@ -180,7 +180,7 @@ def test_a_network_with_an_extension_round_trips_by_its_class_path(tmp_path, tin
     config = tiny_config(extension=BindingLevers(hue_dim=8, lookup_heads=2, share_window=2))
     config.image = ImageTowerConfig(kind="conv_stem", image_size=16, patch_size=8, dim=32,
                                     depth=1, num_heads=2, stem_hidden_dim=8)
-    model = VitBert(config).eval()
+    model = build_network(config).eval()
     write_exported(model, tmp_path / "m")
     stored = json.loads((tmp_path / "m" / io.CONFIG_FILE).read_text())
     assert stored["extension"]["class_path"] == "vitbert.shapes.model.BindingLevers"

@@ -1,11 +1,8 @@
-"""The shapes data's own caption score (vitbert.shapes.captions), and how it reaches the caption
-evaluation: through the source (``ShapesSource.caption_scores``), never through the core."""
+"""The shapes data's own caption score (vitbert.shapes.captions): does a caption name both objects'
+colours and shapes (``scripts/analyze.py --captions`` reports it)."""
 
-from vitbert.data import CaptionedPhotos
 from vitbert.run.console import format_caption_figures
-from vitbert.shapes import ShapesSource
 from vitbert.shapes.captions import (
-    CAPTION_SCORE_LABELS,
     colour_shape_shares,
     colours_and_shapes_right,
     object_verdicts,
@@ -55,29 +52,17 @@ def test_object_verdicts_tell_binding_from_other_mistakes():
     assert object_verdicts("a dog runs", "a dog on the grass") == []
 
 
-def test_the_shapes_source_scores_captions_and_labels_its_figures():
+def test_the_shares_of_captions_with_colours_and_shapes_right():
     reference = "a small red circle left of a large blue square"
     written = ["a red circle left of a blue square", "a red circle left of a blue circle"]
-    scores = ShapesSource().caption_scores(written, [[reference], [reference]])
-    assert scores == {"colour_shape": 0.5, "colours": 1.0, "shapes": 0.5}
-    assert list(ShapesSource().caption_score_labels()) == list(scores)
-    assert CaptionedPhotos().caption_scores(written, [[reference], [reference]]) == {}
-    assert CaptionedPhotos().caption_score_labels() == {}
+    assert colour_shape_shares(written, [reference, reference]) == {
+        "colour_shape": 0.5, "colours": 1.0, "shapes": 0.5}
 
 
-def test_the_table_prints_a_sources_figures_as_a_headline_and_its_parts():
-    figures = {"val/bleu4": 0.523, "val/cider": 4.756, "val/colour_shape": 0.975,
-               "val/colours": 1.0, "val/shapes": 0.98, "val/bleu4_text": 0.113,
-               "val/cider_text": 1.133, "val/colour_shape_text": 0.01, "val/colours_text": 0.08,
-               "val/shapes_text": 0.06}
-    photo, text = format_caption_figures(figures, "val", CAPTION_SCORE_LABELS)
-    assert photo.endswith("BLEU-4 52.3   CIDEr-D 475.6   colours and shapes all right 97.5% "
-                          "(colours 100%, shapes 98%)")
-    assert text.endswith("colours and shapes all right 1.0% (colours 8%, shapes 6%)")
-    # Without labels (a source with no figures of its own), BLEU-4 and CIDEr-D alone.
-    assert format_caption_figures(figures, "val")[0].endswith("CIDEr-D 475.6")
-    reranked = {"val/bleu4_reranked": 0.6, "val/cider_reranked": 5.0,
-                "val/colour_shape_reranked": 0.9}
-    *_, last = format_caption_figures(figures | reranked, "val", CAPTION_SCORE_LABELS)
-    assert last == ("captions, reranked        BLEU-4 60.0   CIDEr-D 500.0   colours and shapes "
-                    "all right 90.0%")
+def test_the_table_prints_bleu_and_cider_with_the_photo_without_and_reranked():
+    figures = {"val/bleu4": 0.523, "val/cider": 4.756, "val/bleu4_text": 0.113,
+               "val/cider_text": 1.133, "val/bleu4_reranked": 0.6, "val/cider_reranked": 5.0}
+    assert format_caption_figures(figures, "val") == [
+        "captions, with the photo  BLEU-4 52.3   CIDEr-D 475.6",
+        "captions, no image        BLEU-4 11.3   CIDEr-D 113.3",
+        "captions, reranked        BLEU-4 60.0   CIDEr-D 500.0"]

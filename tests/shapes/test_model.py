@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from vitbert.models import ImageTowerConfig, Photos, VitBert, VitBertConfig
+from vitbert.models import ImageTowerConfig, Photos, VitBertConfig, build_network
 from vitbert.shapes import BindingLevers
 from vitbert.shapes.model import (
     BindingReader,
@@ -51,7 +51,7 @@ def looking(tiny_config, request):
     torch.manual_seed(0)
     config = (tiny_config(extension=whole_tokens()) if request.param == "whole_tokens"
               else split_config(tiny_config, shared=request.param == "shared_reads"))
-    return noisy(VitBert(config)).eval()
+    return noisy(build_network(config)).eval()
 
 
 # ----------------------------------------------------------------------------- the tower
@@ -124,7 +124,7 @@ def test_patch_places_of_a_grid_that_is_not_square():
 
 def test_the_hue_apart_tower_needs_the_conv_stem_and_room_in_the_token():
     with pytest.raises(ValueError, match=r"hue_dim 8\) is a conv_stem tower .* \(it is vit, 32\)"):
-        VitBert(VitBertConfig(image=ImageTowerConfig(kind="vit", dim=32),
+        build_network(VitBertConfig(image=ImageTowerConfig(kind="vit", dim=32),
                               extension=BindingLevers(hue_dim=8)))
     with pytest.raises(ValueError, match=r"more than 128 channels.*\(it is conv_stem, 128\)"):
         BindingLevers(hue_dim=128).image_tower(ImageTowerConfig(kind="conv_stem", dim=128))
@@ -232,7 +232,7 @@ def test_the_split_lookup_reads_the_tower_alike_from_pixels_cache_or_index(tiny_
     gathered per caption by the photos' index (the photo once for several captions), the same."""
     input_ids, attention_mask, images, _ = batch
     torch.manual_seed(0)
-    net = noisy(VitBert(split_config(tiny_config))).eval()
+    net = noisy(build_network(split_config(tiny_config))).eval()
     with torch.no_grad():
         from_pixels = net(input_ids, attention_mask, net.photos(images))
         cached = net(input_ids, attention_mask, Photos(net.tower_tokens(images).half()))
@@ -254,8 +254,8 @@ def test_an_odd_number_of_heads_does_not_halve_into_hue_and_form():
 def test_a_new_lookup_changes_nothing_and_an_old_checkpoint_loads_into_it(tiny_config, batch):
     input_ids, attention_mask, images, _ = batch
     torch.manual_seed(0)
-    plain = VitBert(tiny_config()).eval()
-    with_lookup = VitBert(tiny_config(extension=whole_tokens())).eval()
+    plain = build_network(tiny_config()).eval()
+    with_lookup = build_network(tiny_config(extension=whole_tokens())).eval()
     missing, unexpected = with_lookup.load_state_dict(plain.state_dict(), strict=False)
     assert missing and all(key.startswith("reader.lookup.") for key in missing) and not unexpected
     with torch.no_grad():
@@ -323,11 +323,11 @@ def test_new_read_sharing_changes_nothing_and_a_checkpoint_without_it_loads(tiny
     window: the network rebuilt from that dict has the sharing, which starts silent."""
     input_ids, attention_mask, images, _ = batch
     torch.manual_seed(0)
-    without = noisy(VitBert(split_config(tiny_config))).eval()
+    without = noisy(build_network(split_config(tiny_config))).eval()
     stored = split_config(tiny_config).to_dict()
     assert stored["extension"]["class_path"] == "vitbert.shapes.model.BindingLevers"
     stored["extension"]["init_args"]["share_window"] = 3
-    with_sharing = VitBert(VitBertConfig.from_dict(stored)).eval()
+    with_sharing = build_network(VitBertConfig.from_dict(stored)).eval()
     assert with_sharing.reader.sharing.window == 3
     missing, unexpected = with_sharing.load_state_dict(without.state_dict(), strict=False)
     assert missing == ["reader.sharing.mix.weight"] and not unexpected
@@ -351,7 +351,7 @@ def test_the_reader_adds_the_reads_to_the_encoders_word_rows(tiny_config, batch,
     caption's photo, the visible ones) and what the words near it read, written out."""
     input_ids, attention_mask, images, _ = batch
     torch.manual_seed(0)
-    net = noisy(VitBert(split_config(tiny_config, shared=True))).eval()
+    net = noisy(build_network(split_config(tiny_config, shared=True))).eval()
     reader = net.reader
     assert isinstance(reader, BindingReader)
     index = torch.tensor([1, 0])

@@ -2,8 +2,8 @@
 of one's own: `layouts`), one uint8 image cache, a WordPiece tokenizer, the MLM collator, the data
 sources (`DataSource`, `CaptionedPhotos`) and the one LightningDataModule that ties them together
 (`datamodule.CaptionDataModule`, not imported here: it pulls in Lightning, which inference does
-not need). Two packages beside the core bring sources of their own through the same interface: the
-generated shapes (`vitbert.shapes.ShapesSource`) and streamed litdata shards
+not need). Packages beside the core bring sources of their own through the same interface: the
+embedded default's generated pictures, and streamed litdata shards
 (`vitbert.streaming.StreamingSource`)."""
 
 from .cache import CaptionDataset, DataError

@@ -79,8 +79,8 @@ class CaptionDataModule(L.LightningDataModule):
         """
         Args:
             source: Where the captioned pictures come from: vitbert.data.CaptionedPhotos (photos
-                on disk), vitbert.streaming.StreamingSource (litdata shards, local or s3://), or
-                vitbert.shapes.ShapesSource (generated: the embedded default).
+                on disk), vitbert.streaming.StreamingSource (litdata shards, local or s3://), or a
+                data set's own (the command line's default: the embedded generated pictures).
             batch_size: Captions per batch (each distinct picture in it stacked once).
             num_workers: DataLoader worker processes (0 = load in the training process).
             image_size: Side of the square cached pictures; set from model.net.image.image_size.
@@ -269,29 +269,16 @@ class CaptionDataModule(L.LightningDataModule):
         """The caption of example `index` of `split` (batch["index"] holds these indices)."""
         return self.dataset(split).captions[index]
 
-    def train_captions(self) -> list[str] | None:
-        """The training captions, for what is built from them at the start of a fit (the word
-        pairs of swapped negatives); None for a source that streams them (reading every shard
-        on every rank is not worth it)."""
-        return self.source.train_captions(self.image_size) if self.source.caches_images else None
-
     def collator(self, deterministic: bool) -> MLMCollator:
-        """Training (`deterministic=False`) gets the content weight, the augmentation and the
-        source's extra batch fields; val / test / predict get fixed uniform masks and the
-        pictures as they are."""
+        """Training (`deterministic=False`) gets the content weight and the augmentation; val /
+        test / predict get fixed uniform masks and the pictures as they are."""
         training = not deterministic
         rate = self.mlm_probability if training else self.eval_mlm_probability
         return MLMCollator(self.tokenizer, mlm_probability=rate,
                            whole_word=self.whole_word_masking, deterministic=deterministic,
                            seed=self.mask_seed, max_length=self.max_length,
                            content_weight=self.content_weight if training else 1.0,
-                           image_transform=self.train_transform if training else None,
-                           extra=self.source.batch_extra() if self._extras(training) else None)
-
-    def _extras(self, training: bool) -> bool:
-        """Whether training items carry the source's own fields: not when a frozen tower's
-        cached output stands in for the photos."""
-        return training and self._image_features is None
+                           image_transform=self.train_transform if training else None)
 
     def use_image_features(self, features: ImageFeatures | None) -> None:
         """Loaders created from now on carry a frozen image tower's cached output tokens
@@ -316,8 +303,6 @@ class CaptionDataModule(L.LightningDataModule):
             if own is not None:  # a streaming source deals its data to the ranks itself
                 return own
         dataset = self.dataset(split)
-        if self._extras(train):
-            dataset = self.source.training_items(dataset)
         if train:  # resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume
             groups = dataset.rows if self.group_by_photo else None  # (captions,) photo rows
             lengths = ([len(c.split()) for c in dataset.captions] if self.group_by_length

@@ -9,7 +9,7 @@ computed once and read back instead of run:
   key :data:`FEATURES_KEY`, and training runs only the projector and the text side;
 * ``model.freeze_image_backbone: true``: a hybrid tower's CNN (a pretrained EfficientNet, say);
   the cache holds its feature map (P, C, h, w), or its mean (P, C, 1, 1) with
-  ``image.backbone_pool``, under :data:`BACKBONE_KEY`, and every part after the CNN (projection,
+  ``image.backbone_grid``, under :data:`BACKBONE_KEY`, and every part after the CNN (projection,
   blocks, pooling) trains from it (`ViT.forward_backbone_features`).
 
 The cache lies next to the image cache:
@@ -53,7 +53,7 @@ FEATURES_KEY = "image_features"  # the batch key of a frozen tower's cached outp
 BACKBONE_KEY = "backbone_features"  # the batch key of a frozen CNN backbone's cached output
 PARTS = {"tower": FEATURES_KEY, "backbone": BACKBONE_KEY}  # what may be frozen, and its key
 # The tower settings a backbone's output depends on (its width, blocks and pooling come after it).
-BACKBONE_SETTINGS = ("kind", "backbone", "backbone_pool", "hybrid_layers", "image_size",
+BACKBONE_SETTINGS = ("kind", "backbone", "backbone_grid", "hybrid_layers", "image_size",
                      "in_chans", "mean", "std", "pretrained")
 FEATURES_VERSION = 2
 FEATURE_DTYPE = np.float16

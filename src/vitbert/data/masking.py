@@ -12,7 +12,7 @@ seeded per example when `deterministic=True`. Tokenising and padding are the tok
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,17 +36,6 @@ STOP_WORDS = frozenset(_FUNCTION_WORDS.split()) | frozenset(".,;:!?'\"-()")
 IGNORE_INDEX = -100
 
 
-class BatchExtra(Protocol):
-    """Batch fields a data source adds from fields of its own items (``DataSource.batch_extra``:
-    the shapes data's twin photos). Called after every mask is drawn, with each caption's
-    generator (``rngs``) where it left off, so the masks are those of a batch without the extra;
-    ``image`` is the collator's treatment of a photo (the training augmentation)."""
-
-    def __call__(self, items: list[dict[str, Any]], encoding: Any,
-                 rngs: list[np.random.Generator],
-                 image: Callable[[Any], torch.Tensor]) -> dict[str, torch.Tensor]: ...
-
-
 class MLMCollator:
     """Turn a list of dataset items into a masked-language-modelling batch.
 
@@ -56,9 +45,8 @@ class MLMCollator:
     `image_index` long (B,) the photo of each caption among them, `input_ids` long (B, T),
     `attention_mask` bool (B, T), `labels` long (B, T) (-100 where not a target), `content_mask`
     bool (B, T) (the pieces of content words, targets or not), `index` long (B,), `image_id`
-    long (B,) (the item's cache `row`: which photo); `extra` (a data source's, :class:`BatchExtra`)
-    adds its own fields. Items with a frozen part's cached features (`data.features.PARTS`)
-    instead of `image` give those, stacked (P, …), under the same key.
+    long (B,) (the item's cache `row`: which photo). Items with a frozen part's cached features
+    (`data.features.PARTS`) instead of `image` give those, stacked (P, …), under the same key.
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
 
     Why each photo once: Flickr30k has five captions per photo, and a loader that keeps them
@@ -79,7 +67,6 @@ class MLMCollator:
         random_replace_prob: float = 0.1,
         content_weight: float = 1.0,
         image_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        extra: BatchExtra | None = None,
     ):
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
@@ -97,7 +84,6 @@ class MLMCollator:
         self.random_replace_prob = random_replace_prob
         self.content_weight = content_weight
         self.image_transform = image_transform  # per picture, uint8 (3, S, S) → same (training)
-        self.extra = extra
         special = set(tokenizer.all_special_ids)
         # Random replacements are drawn from ordinary pieces only, never from special tokens.
         self._random_ids = np.array([i for i in range(len(tokenizer)) if i not in special])
@@ -196,8 +182,6 @@ class MLMCollator:
             photos = {cached: torch.stack([it[cached] for it in first.values()])}
         else:  # (P, 3, S, S) uint8 pixels, one crop per photo when augmenting
             photos = {"images": torch.stack([self._image(it["image"]) for it in first.values()])}
-        if self.extra is not None:  # drawn after every mask, so the masks are the same
-            photos.update(self.extra(items, enc, rngs, self._image))
         return {
             **photos,
             IMAGE_INDEX: torch.tensor(image_index, dtype=torch.long),  # (B,)

@@ -12,18 +12,12 @@ current), and the training captions the tokenizer learns from. Everything after 
 A new captioned set is a subclass of `DataSource` that writes the cache format of
 `vitbert.data.cache`; nothing else changes. A source that does not fit one disk brings its own
 datasets and training loader instead (`split_dataset`, `train_loader`, `tokenizer_file`,
-`read_summary`: `vitbert.streaming.StreamingSource` streams litdata shards). A source may also
-add fields of its own to the training items and batches (`training_items`, `batch_extra`: the
-shapes data's twin photos), score written captions in ways only its data allows
-(`caption_scores`: the shapes data checks both objects' colours and shapes; the caption
-evaluation logs them and the table prints them), and make the binding test's negatives its own
-way (`binding_swaps`: the shapes data swaps the two colours, the two shapes, and turns the
-relation). The shapes data's source is `vitbert.shapes.ShapesSource`."""
+`read_summary`: `vitbert.streaming.StreamingSource` streams litdata shards)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +27,6 @@ from torch.utils.data import DataLoader, Dataset
 from . import captioned_photos
 from .cache import CaptionDataset, read_meta
 from .layouts import read_annotations
-from .masking import BatchExtra
 
 
 @dataclass(frozen=True)
@@ -83,17 +76,6 @@ class DataSource(ABC):
         the data module, unless `train_loader` gives a loader."""
         return CaptionDataset(self.cache_dir, split)
 
-    def training_items(self, dataset: Dataset) -> Dataset:
-        """The training split as the loader reads it: ``dataset`` (the default), or a wrapper
-        that adds fields of this data's own to each item, which :meth:`batch_extra` turns into
-        batch fields (the shapes data's twin photos)."""
-        return dataset
-
-    def batch_extra(self) -> BatchExtra | None:
-        """Extra fields of a training batch, made from the items :meth:`training_items` gives
-        (the collator's ``extra``); None (the default): none."""
-        return None
-
     def train_loader(self, options: LoaderOptions) -> DataLoader | None:
         """A training loader of this source's own; None (the default): the data module shuffles
         ``split_dataset("train")`` itself, resumably (`vitbert.data.resume`)."""
@@ -108,28 +90,6 @@ class DataSource(ABC):
         """(why ``split`` holds no picture, how to give it some): the data summary's line for an
         empty split, and the error when there is nothing to train on."""
         return f"{type(self).__name__} wrote none", f"give {split} pictures in {self.cache_dir}"
-
-    def caption_scores(self, candidates: Sequence[str], references: Sequence[Sequence[str]]
-                       ) -> dict[str, float]:
-        """Figures of written captions that only this data can give, beside the BLEU-4 and
-        CIDEr-D every source gets: name → share in [0, 1], for one candidate per image and all
-        of that image's references. Logged as ``val/<name>`` and ``test/<name>`` (``<name>_text``
-        for the captions written from no image), printed by :meth:`caption_score_labels`.
-        None by default."""
-        return {}
-
-    def caption_score_labels(self) -> dict[str, str]:
-        """Each name :meth:`caption_scores` gives, with its label in the end-of-training table,
-        in print order: the first is the headline, the rest its parts, shown in parentheses
-        after it ("all right 97.5% (first part 100%, second part 98%)")."""
-        return {}
-
-    def binding_swaps(self) -> Callable[[str], list[tuple[str, str]]] | None:
-        """How this data makes the binding test's negatives (:mod:`vitbert.lit.binding`): caption
-        → ``[(kind, negative caption), …]``, where the data knows which words belong to which
-        thing; None (the default) lets the test swap two content words the training captions
-        use in the same places."""
-        return None
 
     def settings(self) -> dict[str, Any]:
         """The constructor arguments, for the run's logged hyperparameters."""

@@ -7,8 +7,8 @@ values of the image tokens and of the words already written never change: :class
 computes them once (a :class:`vitbert.nn.KVCache`) and feeds each step only the word just chosen
 and the new [MASK], whose own keys are then dropped. ``use_cache=False`` re-reads the whole
 sequence every step through ``VitBert.forward(mode="seq2seq")``: the same tokens, slower, and
-the reference the cached path is tested against. A model with a reader (``config.extension``)
-reads the photo again for the written pieces at each step, as its forward would.
+the reference the cached path is tested against, and the path of a network whose ``encode`` is its
+own (a subclass of ``VitBert`` built by a config's extension), which the cache would bypass.
 
 Mask-Predict (Ghazvininejad et al. 2019) needs no generation training: write N [MASK]s between
 [CLS] and [SEP], predict them all under the bidirectional mask, re-mask the least confident and
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from vitbert.data.masking import STOP_WORDS
-from vitbert.models import Photos
+from vitbert.models import Photos, VitBert
 from vitbert.nn import AttentionContext, KVCache
 
 NEG_INF = float("-inf")
@@ -82,16 +82,12 @@ class _NextWord:
                  use_cache: bool) -> None:
         self.model, self.tokens = model, tokens
         self.photos = None if images is None else model.photos(images)  # (R, N, D_img) tokens
+        use_cache = use_cache and type(model).encode is VitBert.encode  # else read it whole
         self.cache = KVCache(len(model.text.encoder.blocks)) if use_cache else None
         self.written = 0  # text pieces whose keys and values the cache holds
-        self.image = None  # (R, N, D) the image tokens as the words see them (cached path)
-        # For a reader: the written pieces' embeddings and encoder rows (R, t, D), which the
-        # seq2seq mask never changes once written.
-        self.words = self.rows = None
         if self.cache is not None and self.photos is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
-            self.image = model.image_tokens(self.photos)  # (R, N, D)
-            model.text.encoder(self.image, cache=self.cache)
+            model.text.encoder(model.image_tokens(self.photos), cache=self.cache)  # (R, N, D)
         self.num_rows = 1 if images is None else len(images)
 
     def select(self, index: Tensor) -> None:
@@ -99,12 +95,8 @@ class _NextWord:
         self.num_rows = len(index)
         if self.photos is not None:
             self.photos = Photos(self.photos.tokens[index])
-        if self.image is not None:
-            self.image = self.image[index]
         if self.cache is not None:
             self.cache.select(index)
-        if self.words is not None:
-            self.words, self.rows = self.words[index], self.rows[index]
 
     def __call__(self, written: Tensor) -> Tensor:
         """written (R, t) pieces from [CLS] on → (R, V) log-probabilities of piece t + 1."""
@@ -124,25 +116,8 @@ class _NextWord:
         hidden = self.model.text.encoder(x, AttentionContext(mask), cache=self.cache)  # (R, n, D)
         self.cache.crop(past + n - 1)  # the [MASK] was read only to be predicted
         self.written = t
-        if self.model.reader is not None and self.image is not None:
-            hidden = self._read(x, hidden)
         hidden = hidden[:, -1]  # (R, D): the [MASK]'s row
         return self.model.mlm_head(hidden).float().log_softmax(dim=-1)  # (R, V)
-
-    def _read(self, x: Tensor, hidden: Tensor) -> Tensor:
-        """The new pieces' rows (R, n, D) after the reader, which reads the whole caption as
-        written (its pieces' rows never change under the seq2seq mask); the [MASK]'s embedding
-        and row are not kept: the next call reads its place again with its piece."""
-        words, rows = x, hidden
-        if self.words is not None:
-            words = torch.cat((self.words, x), dim=1)  # (R, t + 1, D)
-            rows = torch.cat((self.rows, hidden), dim=1)
-        self.words, self.rows = words[:, :-1], rows[:, :-1]
-        visible = self.image.new_ones(self.image.shape[:2], dtype=torch.bool)  # (R, N)
-        read = self.model.reader(words=words, hidden=rows, image=self.image,
-                                 tower=self.photos.tokens, index=None, visible=visible,
-                                 causal=True)  # (R, t + 1, D)
-        return read[:, -x.shape[1]:]
 
 
 def _restrict(log_probs: Tensor, tokens: CaptionTokens, step: int) -> Tensor:

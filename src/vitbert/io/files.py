@@ -22,7 +22,6 @@ file whose pickle would run code is refused. Every write is atomic and readable 
 
 from __future__ import annotations
 
-import importlib
 import json
 import pickle
 import zipfile
@@ -35,6 +34,7 @@ from torch import Tensor
 
 from vitbert.data.files import atomic_write
 from vitbert.models.config import VitBertConfig
+from vitbert.models.multimodal import build_network
 
 if TYPE_CHECKING:
     from torch import nn
@@ -52,11 +52,6 @@ HEADS = {"word_head": "vitbert.lit.objectives.WordDetection"}
 # Heads of objectives since removed, with why: a file that holds one still loads, without it.
 REMOVED_HEADS = {"itm_head": "image-text matching's head; that objective was removed (it measured "
                              "below the contrastive score alone)"}
-# Readers of files older than today's config, by path as a config names a class (the core
-# imports none): ``(config dict, state dict) -> (config dict, state dict)``, each returning what
-# it does not know unchanged. Files from before the network took extensions kept a data set's
-# levers as settings of the core; the package that owns them reads them as its extension now.
-UPGRADES = ("vitbert.shapes.model.read_pre_extension_levers",)
 # A word pointer was a decoding add-on of an older version still; it is gone.
 REMOVED_WEIGHTS = "pointer."
 
@@ -133,16 +128,18 @@ def read_checkpoint(path: str | Path) -> StoredModel:
 
 def upgraded(config: dict[str, Any], state_dict: dict[str, Tensor], path: Path
              ) -> tuple[VitBertConfig, dict[str, Tensor]]:
-    """A stored network's config and weights as this version builds them, read through
-    :data:`UPGRADES`. One with the word pointer, an add-on removed long ago, is refused with the
-    fix."""
+    """A stored network's config and weights as this version builds them. A file of an older
+    version whose settings this one does not know, or that holds the word pointer (an add-on
+    removed long ago), is refused with the fix."""
     if any(key.startswith(REMOVED_WEIGHTS) for key in state_dict):
         raise CheckpointError(f"{path}: holds the word pointer, a decoding add-on removed from "
                               f"vitbert; load it with the version that wrote it, or train anew")
-    for upgrade in UPGRADES:
-        module, _, name = upgrade.rpartition(".")
-        config, state_dict = getattr(importlib.import_module(module), name)(config, state_dict)
-    return VitBertConfig.from_dict(config), state_dict
+    try:
+        return VitBertConfig.from_dict(config), state_dict
+    except TypeError as error:  # a setting this version does not have
+        raise CheckpointError(f"{path}: written by an older vitbert, whose settings this one does "
+                              f"not know ({error}); convert it: python "
+                              f"scripts/upgrade_checkpoint.py {path} NEW_PATH") from error
 
 
 def check_same_vocabulary(stored_json: str, tokenizer) -> None:
@@ -258,9 +255,9 @@ def write_exported(model: nn.Module, folder: str | Path, tokenizer_json: str | N
     return folder
 
 
-def build_model(model_class: type[nn.Module], stored: StoredModel,
-                map_location: str | torch.device = "cpu") -> nn.Module:
-    """``model_class(stored.config)`` holding the stored weights (the load re-ties the decoder)."""
-    model = model_class(stored.config)
+def build_model(stored: StoredModel, map_location: str | torch.device = "cpu") -> nn.Module:
+    """The network ``stored.config`` describes (:func:`vitbert.models.build_network`), holding the
+    stored weights (the load re-ties the decoder)."""
+    model = build_network(stored.config)
     model.load_state_dict(stored.state_dict)
     return model.to(map_location)

@@ -41,7 +41,7 @@ def model_of(stored: StoredModel, path: str | Path, map_location: str | torch.de
             f"for an exported folder, put its {TOKENIZER_FILE} beside {WEIGHTS_FILE}."
         )
     try:
-        model = build_model(VitBert, stored, map_location)
+        model = build_model(stored, map_location)
     except (ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
         # It passed the format checks but does not build a model (a hand-edited config.json,
         # weights of another architecture): still not a usable vitbert checkpoint.
@@ -53,7 +53,7 @@ def model_of(stored: StoredModel, path: str | Path, map_location: str | torch.de
 def load_network(path: str | Path, map_location: str | torch.device = "cpu") -> VitBert:
     """The network of a ``.ckpt`` or an exported folder, without its tokenizer (:func:`load_model`
     gives both); never loads the timm weights its config names."""
-    return build_model(VitBert, read_checkpoint(path), map_location)
+    return build_model(read_checkpoint(path), map_location)
 
 
 def export(checkpoint: str | Path, out: str | Path, metadata: dict[str, str] | None = None

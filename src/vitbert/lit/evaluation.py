@@ -1,36 +1,42 @@
 """Figures a callback computes over a split's pictures, beside the per-batch metrics.
 
-Captions (here), the binding swap tests (:mod:`vitbert.lit.binding`) and retrieval
-(:mod:`vitbert.lit.retrieval`) each need a whole split at once (every caption of a picture, every
-picture against every caption), so they run when an epoch ends rather than per batch: at each
+Captions (here), retrieval (:mod:`vitbert.lit.retrieval`) and a data set's own evaluations
+each need a whole split at once (every caption of a picture, every picture against every
+caption), so they run when an epoch ends rather than per batch: at each
 validation on a fixed sample of ``num_images`` pictures (never during the sanity check; in
 ``fit``, every ``every_n_epochs``-th epoch and the last), at test on every picture.
 :class:`SplitEvaluation` owns that schedule; a subclass owns its figures. Each is off (0 images)
 unless a config asks for it.
 
-:class:`CaptionEvaluation` writes greedy captions for the images of the split, scores them
-against *all* references of each image, and logs ``{stage}/bleu4``, ``{stage}/cider`` and
-whatever figures the data module's source adds (``DataSource.caption_scores``: on the shapes
-data, ``{stage}/colour_shape``, the share of captions naming both objects' colours and shapes
-right). The control, suffixed ``_text``, is the caption written from no image at all. A model
-with contrastive heads also writes, per image, the greedy caption and ``rerank_samples`` sampled
-ones and keeps the one the reranker prefers (:mod:`vitbert.decoding.rerank`), suffixed
-``_reranked``. Under DDP each process writes the captions of every ``world_size``-th image and
-they are gathered, so every process scores the whole sample, and the work is shared. It runs
-only for a model that learnt to write (a ``CaptionWriting`` objective).
+:class:`CaptionEvaluation` writes a caption for each image of the split (greedy, beam search, or
+Mask-Predict: ``method``), scores them against *all* references of each image, and logs
+``{stage}/bleu4`` and ``{stage}/cider``. The control, suffixed ``_text``, is the caption written
+from no image at all. A model with contrastive heads that learnt to write also writes, per image,
+``rerank_samples`` sampled captions beside it and keeps the one the reranker prefers
+(:mod:`vitbert.decoding.rerank`), suffixed ``_reranked``. Under DDP each process writes the
+captions of every ``world_size``-th image and they are gathered, so every process scores the
+whole sample, and the work is shared. Left to right (greedy, beam) it runs only for a model that
+learnt to write (a ``CaptionWriting`` objective); Mask-Predict reads any masked-language model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from vitbert.decoding import CaptionTokens, greedy, sample_and_rerank
+from vitbert.decoding import (
+    CaptionTokens,
+    Generated,
+    beam_search,
+    greedy,
+    mask_predict,
+    sample_and_rerank,
+)
 from vitbert.lit.metrics import CaptionMetrics
 
 
@@ -107,46 +113,66 @@ def images_and_references(dataset, limit: int | None = None, seed: int = 0):
     return rows, firsts, references
 
 
+Writer = Callable[..., list[Generated]]  # (net, tokens, images or None) → a caption per image
+
+
+def caption_writer(method: str = "greedy", num_beams: int = 3) -> Writer:
+    """How captions are written: ``greedy``, ``beam`` (the best of ``num_beams``) or
+    ``mask-predict`` (:mod:`vitbert.decoding.generate`)."""
+    if method == "beam":
+        return lambda net, tokens, images: [found[0] for found in
+                                            beam_search(net, tokens, images, num_beams)]
+    return {"greedy": greedy, "mask-predict": mask_predict}[method]
+
+
 class CaptionEvaluation(SplitEvaluation):
-    """Greedy captions scored at the end of each validation and test epoch (see module doc), for a
-    model that learnt to write them (:attr:`MaskedLMModule.writes_captions`).
+    """Captions written and scored at the end of each validation and test epoch (see module doc).
 
     Args:
         num_images: images sampled per validation (the test uses every image of its split);
             0 turns it off.
         batch_size: images captioned at once.
-        rerank_samples: captions sampled per image beside the greedy one, for the reranked
-            figures (a model with contrastive heads only); 0 leaves them out.
+        rerank_samples: captions sampled per image beside the written one, for the reranked
+            figures (a model with contrastive heads that learnt to write); 0 leaves them out.
         every_n_epochs: in ``fit``, written at every n-th epoch's validation and the last one
             (:class:`vitbert.lit.evaluation.SplitEvaluation`).
+        method: ``greedy`` or ``beam`` (left to right: a model trained with ``CaptionWriting``),
+            or ``mask-predict`` (any masked-language model).
+        num_beams: beams of ``beam``.
     """
 
-    def __init__(self, num_images: int = 0, batch_size: int = 100,
-                 rerank_samples: int = 15, every_n_epochs: int = 1) -> None:
+    def __init__(self, num_images: int = 0, batch_size: int = 100, rerank_samples: int = 15,
+                 every_n_epochs: int = 1,
+                 method: Literal["greedy", "beam", "mask-predict"] = "greedy",
+                 num_beams: int = 3) -> None:
         super().__init__(num_images, every_n_epochs)
-        if rerank_samples < 0:
-            raise ValueError(f"captions.rerank_samples {rerank_samples}: use 0 (off) or more")
+        if rerank_samples < 0 or num_beams < 1:
+            raise ValueError(f"captions.rerank_samples {rerank_samples}, num_beams {num_beams}: "
+                             f"use 0 or more samples (0: off) and 1 or more beams")
         self.batch_size = batch_size
         self.rerank_samples = rerank_samples
+        self.method, self.num_beams = method, num_beams
 
     def figures(self, trainer, pl_module, dataset, limit: int | None) -> dict[str, float] | None:
-        if not getattr(pl_module, "writes_captions", False):
+        writes = getattr(pl_module, "writes_captions", False)
+        if not writes and self.method != "mask-predict":
             return None
-        source = getattr(trainer.datamodule, "source", None)
         return caption_figures(pl_module.net, pl_module.tokenizer, dataset, limit,
                                self.batch_size, (trainer.global_rank, trainer.world_size),
-                               getattr(source, "caption_scores", None), self.rerank_samples)
+                               self.rerank_samples if writes else 0,
+                               caption_writer(self.method, self.num_beams))
 
 
 def write_captions(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,
-                   share: tuple[int, int] = (0, 1), rerank_samples: int = 0
+                   share: tuple[int, int] = (0, 1), rerank_samples: int = 0,
+                   write: Writer = greedy
                    ) -> tuple[list[str], str, list[list[str]], list[str] | None]:
-    """Greedy captions of a split's images (a fixed sample of ``limit``), the one caption written
-    from no image (the control: with no image every caption is the same greedy sentence), each
-    image's references, and with ``rerank_samples`` (a model with contrastive heads) the
-    reranked captions, else None. ``share`` is (rank, world size): with several processes
-    (DDP) this one writes the captions of images ``rank``, ``rank + world size``, … and every
-    process returns them all, in order."""
+    """Captions of a split's images (a fixed sample of ``limit``) written by ``write``
+    (:func:`caption_writer`), the one caption written from no image (the control: with no image
+    every caption is the same sentence), each image's references, and with ``rerank_samples``
+    (a model with contrastive heads) the reranked captions, else None. ``share`` is (rank, world
+    size): with several processes (DDP) this one writes the captions of images ``rank``,
+    ``rank + world size``, … and every process returns them all, in order."""
     rank, world_size = share
     tokens = CaptionTokens.from_tokenizer(tokenizer)
     device = next(net.parameters()).device
@@ -163,13 +189,13 @@ def write_captions(net, tokenizer, dataset, limit: int | None = None, batch_size
     for start in range(0, len(mine), batch_size):
         pixels = torch.stack([dataset[i]["image"] for i in mine[start:start + batch_size]])
         pixels = pixels.to(device)
-        written = greedy(net, tokens, pixels)
+        written = write(net, tokens, pixels)
         captions += [text(g.token_ids) for g in written]
         if rerank:
             found = sample_and_rerank(net, tokens, pixels, rerank_samples, seed=start,
                                       greedy_captions=written)
             reranked += [text(best.token_ids) for best, *_ in found]
-    text_only = text(greedy(net, tokens, None)[0].token_ids)
+    text_only = text(write(net, tokens, None)[0].token_ids)
     net.train(was_training)
     return (gather_in_order(captions, world_size), text_only, references,
             gather_in_order(reranked, world_size) if rerank else None)
@@ -185,18 +211,14 @@ def gather_in_order(mine: list, world_size: int) -> list:
     return [share[i] for i in range(len(shares[0])) for share in shares if i < len(share)]
 
 
-CaptionScores = Callable[[Sequence[str], Sequence[Sequence[str]]], dict[str, float]]
-
-
 def caption_figures(net, tokenizer, dataset, limit: int | None = None, batch_size: int = 100,
-                    share: tuple[int, int] = (0, 1), scores: CaptionScores | None = None,
-                    rerank_samples: int = 0) -> dict[str, float]:
-    """BLEU-4, CIDEr-D and ``scores`` (a data source's own figures, ``(candidates, references)
-    → {name: value}``) of greedy captions, with the image and without, and of the reranked
-    ones where the model can rerank (``share``: the images shared among DDP processes,
-    :func:`write_captions`)."""
+                    share: tuple[int, int] = (0, 1), rerank_samples: int = 0,
+                    write: Writer = greedy) -> dict[str, float]:
+    """BLEU-4 and CIDEr-D of the captions ``write`` writes, with the image and without, and of
+    the reranked ones where the model can rerank (``share``: the images shared among DDP
+    processes; :func:`write_captions`)."""
     captions, text_only, references, reranked = write_captions(
-        net, tokenizer, dataset, limit, batch_size, share, rerank_samples)
+        net, tokenizer, dataset, limit, batch_size, share, rerank_samples, write)
     sets = [("", captions), ("_text", [text_only] * len(captions))]
     if reranked is not None:
         sets.append(("_reranked", reranked))
@@ -204,6 +226,5 @@ def caption_figures(net, tokenizer, dataset, limit: int | None = None, batch_siz
     for suffix, written in sets:
         metrics = CaptionMetrics()
         metrics.update(written, references)
-        extra = scores(written, references) if scores is not None else {}
-        figures |= {f"{name}{suffix}": value for name, value in (metrics.compute() | extra).items()}
+        figures |= {f"{name}{suffix}": value for name, value in metrics.compute().items()}
     return figures

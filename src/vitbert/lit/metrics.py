@@ -12,8 +12,7 @@ of each image. CIDEr-D (Vedantam et al. 2015) is the coco-caption implementation
 (σ = 6) on the length difference, the mean over references, ×10. The test checks it against that
 implementation's output. coco-caption tokenises with Stanford's PTBTokenizer (Java) and drops
 punctuation; :func:`tokenize` lower-cases and keeps runs of letters and digits, which is the same
-for captions like ours, with no Java. Figures only one data set can give (the shapes data's colours
-and shapes) come from its source: ``vitbert.data.sources.DataSource.caption_scores``.
+for captions like ours, with no Java.
 """
 
 from __future__ import annotations

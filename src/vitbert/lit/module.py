@@ -31,7 +31,7 @@ from vitbert.lit.objectives import (
     writes_captions,
 )
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
-from vitbert.models import ConfigError, VitBert, VitBertConfig
+from vitbert.models import ConfigError, VitBertConfig, build_network
 
 
 class MaskedLMModule(L.LightningModule):
@@ -53,7 +53,7 @@ class MaskedLMModule(L.LightningModule):
             computed once into a feature cache (`vitbert.data.features`).
         freeze_image_backbone: keep a hybrid tower's CNN (``image.backbone``) fixed for the whole
             run, in eval mode; its feature map per photo (its mean, with
-            ``image.backbone_pool``) is computed once into the feature cache, and every part after
+            ``image.backbone_grid``) is computed once into the feature cache, and every part after
             it (projection, blocks, pooling) trains.
         num_examples: example predictions printed at each validation.
     """
@@ -80,7 +80,7 @@ class MaskedLMModule(L.LightningModule):
         self.hparams.update(net=net.to_dict(), vocab_size=net.vocab_size,
                             pad_token_id=net.pad_token_id, optimizer=dataclasses.asdict(optimizer),
                             objectives=[o.settings() for o in self.objectives])
-        self.net = VitBert(net)
+        self.net = build_network(net)
         self.net.image_tower.requires_grad_(not freeze_image_tower)
         if freeze_image_backbone:
             backbone = getattr(self.net.image_tower.patch_embed, "backbone", None)
@@ -105,8 +105,6 @@ class MaskedLMModule(L.LightningModule):
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
         if stage == "fit" and self.trainer.ckpt_path is None:  # a fresh run, not a resume
-            for objective in self.objectives:
-                objective.prepare(datamodule, self.tokenizer)
             report = initialize(self.net, self.hparams.init_from, self.tokenizer, self.heads)
             if report and self.trainer.is_global_zero:
                 print(report)
@@ -121,9 +119,9 @@ class MaskedLMModule(L.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         claimed_by = next((o for o in self.objectives if o.claims_batch()), None)
         step = TrainingStep(batch, tower_output(self.net, batch), self.tokenizer.mask_token_id,
-                            claimed_by, self.global_step, self.total_steps)
+                            claimed_by)
         losses = {o: loss for o in self.objectives if (loss := o(self.net, step)) is not None}
-        self.log_dict({f"train/{o.name}": loss for o, loss in losses.items()} | step.logged,
+        self.log_dict({f"train/{o.name}": loss for o, loss in losses.items()},
                       prog_bar=True, batch_size=len(batch["input_ids"]))
         return sum(o.weight * loss for o, loss in losses.items())
 
@@ -133,24 +131,9 @@ class MaskedLMModule(L.LightningModule):
         written at validation and test)."""
         return writes_captions(self.objectives)
 
-    @property
-    def total_steps(self) -> int:
-        """The optimiser steps of the whole run (what the schedule spans)."""
-        return max(int(self.trainer.estimated_stepping_batches), 1)
-
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
-        for objective in self.objectives:
-            objective.before_optimizer_step(self.net, self.global_step, self.total_steps)
-
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        photos = tower_output(self.net, batch)
-        self.val_metrics.update_readings(read(self.net, batch, photos), batch["labels"],
-                                         batch["content_mask"])
-        for objective in self.objectives:
-            for name, value in objective.validation_figures(self.net, batch, photos).items():
-                # Each process's mean over its batches, then over processes.
-                self.log(f"val/{name}", value, batch_size=len(batch["input_ids"]),
-                         sync_dist=True)
+        self.val_metrics.update_readings(read(self.net, batch, tower_output(self.net, batch)),
+                                         batch["labels"], batch["content_mask"])
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self.test_metrics.update_readings(read(self.net, batch, tower_output(self.net, batch)),

@@ -15,12 +15,11 @@ A config lists them as LightningCLI lists any class (the plain model is ``Masked
         - class_path: vitbert.lit.objectives.WordDetection
           init_args: {weight: 3.0}
 
-A data set's package adds its own the same way (the shapes data's twin contrast and focused
-copies, :mod:`vitbert.shapes`). Each step the module runs the image tower once over the batch's
-photos and hands every objective a :class:`TrainingStep`; an objective returns its loss, or None
-when the step gives it nothing to learn. Heads an objective trains beside the network
-(:meth:`Objective.build`) are the module's, under the names a checkpoint keeps them by
-(``word_head``).
+A data set's package may add its own the same way. Each step the module runs the image tower
+once over the batch's photos and hands every objective a :class:`TrainingStep`; an objective
+returns its loss, or None when the step gives it nothing to learn. Heads an objective trains
+beside the network (:meth:`Objective.build`) are the module's, under the names a checkpoint keeps
+them by (``word_head``).
 
 A batch trains writing or filling, never both: an objective may *claim* the batch for itself
 (:meth:`Objective.claims_batch`, drawn before any loss; :class:`CaptionWriting` does on its share
@@ -31,7 +30,7 @@ alone.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -112,13 +111,6 @@ class TrainingStep:
     mask_token_id: int
     claimed_by: Objective | None = None
     """The objective that took this batch for itself (:meth:`Objective.claims_batch`), if any."""
-    step: int = 0
-    """Optimiser steps taken before this one."""
-    total_steps: int = 1
-    """Optimiser steps in the whole run."""
-    logged: dict[str, Tensor] = field(default_factory=dict)
-    """Figures an objective logs beside its loss, filled as it runs; one under the objective's
-    own ``train/<name>`` is logged instead of its loss (a part of it that compares across runs)."""
 
 
 class Objective:
@@ -141,9 +133,6 @@ class Objective:
         and its checkpoints keep each under; built once, when the module is."""
         return {}
 
-    def prepare(self, datamodule, tokenizer) -> None:
-        """At the start of a fit (not a resume's weights load): read what the data must give."""
-
     def claims_batch(self) -> bool:
         """Whether this objective takes this step's batch for itself (module doc); drawn once
         per step, before any loss."""
@@ -153,13 +142,6 @@ class Objective:
         """This objective's loss on ``step`` (unweighted), or None when it has nothing to learn
         from it."""
         raise NotImplementedError
-
-    def before_optimizer_step(self, net: VitBert, step: int, total_steps: int) -> None:
-        """Right before the optimiser moves the weights (after the gradients are in)."""
-
-    def validation_figures(self, net: VitBert, batch: Batch, tower: Tensor) -> dict[str, Tensor]:
-        """Figures of a validation batch this objective can give (logged ``val/<name>``)."""
-        return {}
 
     def settings(self) -> dict:
         """``{"class_path", "init_args"}``, plain values, as a config names this objective."""

@@ -9,8 +9,8 @@
   photos reach it as :class:`Photos` (the tower's output, once per photo); with ``itc_dim`` also
   :class:`ContrastiveHeads` (:mod:`.contrastive`): photos and captions embedded apart, for
   retrieval (``embed_images``, ``embed_texts``).
-* :class:`VitBertConfig` (:mod:`.config`): plain-value configuration; a
-  :class:`NetworkExtension` plugs in what only one data set uses.
+* :class:`VitBertConfig` (:mod:`.config`): plain-value configuration; :func:`build_network` builds
+  the network it describes (a :class:`NetworkExtension` may build one from outside the core).
 
 Stored weights (checkpoints, exported folders, pretrained timm weights) are read and written by
 :mod:`vitbert.io`, never here: a model's constructor loads nothing.
@@ -26,7 +26,7 @@ from vitbert.models.config import (
 )
 from vitbert.models.contrastive import ContrastiveHeads
 from vitbert.models.heads import WordDetectorHead
-from vitbert.models.multimodal import Photos, Projector, VitBert
+from vitbert.models.multimodal import Photos, Projector, VitBert, build_network
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
 from vitbert.models.vit import ViT, build_image_tower
 
@@ -49,4 +49,5 @@ __all__ = [
     "VitBertConfig",
     "WordDetectorHead",
     "build_image_tower",
+    "build_network",
 ]

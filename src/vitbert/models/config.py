@@ -7,8 +7,8 @@ field carries a docstring, which ``train.py fit --help`` prints next to the sett
 configurations the project trains are the files in ``configs/`` (their ``model.net``), not
 defaults here: the defaults are the plain model.
 
-A part that only one data set can use is not a field here: it is a :class:`NetworkExtension`,
-named by class path in ``extension`` (the shapes data's binding levers, :mod:`vitbert.shapes`).
+A part that only one data set can use is not a field here: a :class:`NetworkExtension`, named by
+class path in ``extension``, builds the network that has it.
 """
 
 from __future__ import annotations
@@ -67,10 +67,11 @@ class ImageTowerConfig(TowerConfig):
     """The ``hybrid`` front end's CNN: null = the ViT paper's ResNetV2 (``hybrid_layers``); a timm
     CNN's name (``tf_efficientnet_lite0``, ``resnet50``, …) = that CNN's last feature map, one token
     per cell (``patch_size`` 1), its weights from ``pretrained``."""
-    backbone_pool: bool = False
-    """``hybrid`` only: average the CNN's feature map to one cell before the projection: one image
-    token for the whole photo (the course's pooled token), and a frozen backbone's cache holds one
-    vector per photo instead of its map."""
+    backbone_grid: int | None = None
+    """``hybrid`` only: average the CNN's feature map to a grid of this many cells a side before
+    the projection: 1 = one image token for the whole photo (the course's pooled token), 2 = four
+    (its quarters, overlapping); null = every cell. A frozen backbone's cache then holds the
+    averaged grid per photo instead of its map."""
     hybrid_layers: tuple[int, ...] = (3, 4, 9)
     """ResNetV2 stage depths of the ``hybrid`` front end without ``backbone``; () = the stem
     only."""
@@ -96,9 +97,12 @@ class ImageTowerConfig(TowerConfig):
         self.std = tuple(self.std)
         if self.pool == "cls" and not self.class_token:
             raise ConfigError("pool='cls' needs class_token=True")
-        if (self.backbone or self.backbone_pool) and self.kind != "hybrid":
-            raise ConfigError(f"image.backbone and image.backbone_pool set the hybrid front end: "
+        if (self.backbone or self.backbone_grid) and self.kind != "hybrid":
+            raise ConfigError(f"image.backbone and image.backbone_grid set the hybrid front end: "
                               f"use kind: hybrid (not {self.kind})")
+        if self.backbone_grid is not None and self.backbone_grid < 1:
+            raise ConfigError(f"image.backbone_grid={self.backbone_grid}: the side of the grid the "
+                              f"feature map is averaged to; use 1 or more, or null for every cell")
         if self.attention_radius is not None and self.attention_radius < 0:
             raise ConfigError(f"attention_radius={self.attention_radius}: a patch must see itself; "
                               f"use 0 or more, or null for every patch")
@@ -126,26 +130,18 @@ class TextTowerConfig(TowerConfig):
 
 
 class NetworkExtension:
-    """A part plugged into :class:`~vitbert.models.VitBert` from outside the core, the way timm
-    injects a patch-embedding module rather than flagging the block: it may build the image tower
-    (:meth:`image_tower`) and may add a *reader*, a module that reads the photo again for each
-    word after the joint encoder and changes that word's row (:meth:`reader`).
+    """A network built from outside the core: :meth:`build` returns the network to use instead
+    of :class:`~vitbert.models.VitBert` for a config, usually a subclass of it with a part added
+    or replaced, the way timm builds a model class named by a config.
 
     Its settings are its constructor's plain arguments, kept as attributes of the same names, so
     a config names one as ``{"class_path": ..., "init_args": {...}}`` (YAML and checkpoints
-    alike) and the network is rebuilt from it. The shapes data's binding levers are one
-    (:class:`vitbert.shapes.BindingLevers`); no config of a photo data set needs one.
+    alike) and the network is rebuilt from it.
     """
 
-    def image_tower(self, config: ImageTowerConfig) -> nn.Module | None:
-        """The image tower to use instead of the one ``config`` builds; None: that one."""
-        return None
-
-    def reader(self, config: VitBertConfig) -> nn.Module | None:
-        """A module ``reader(words=, hidden=, image=, tower=, index=, visible=, causal=)`` → the
-        word rows (B, T, D) to use instead of ``hidden``; None: no reader (see
-        :meth:`VitBert.encode` for what each argument holds)."""
-        return None
+    def build(self, config: VitBertConfig) -> nn.Module:
+        """The network for ``config`` (whose ``extension`` is this one)."""
+        raise NotImplementedError
 
     def settings(self) -> dict[str, Any]:
         """``{"class_path", "init_args"}``: how a config and a checkpoint name this extension."""
@@ -193,9 +189,12 @@ class VitBertConfig:
     photo and each caption embedded alone, so retrieval scores every pair by a dot product.
     0 = no contrastive heads; the contrastive
     objective (``vitbert.lit.contrastive.Contrastive``) trains them (128 or 256 are usual)."""
+    itc_text_pool: Literal["cls", "mean"] = "cls"
+    """How the contrastive score summarises a caption read alone: its [CLS] row (ALBEF), or the
+    mean of its rows (what a sentence encoder such as all-MiniLM-L6-v2 was trained to give)."""
     extension: NetworkExtension | None = None
-    """A part plugged in from outside the core (class_path / init_args, :class:`NetworkExtension`):
-    the shapes data's binding levers (``vitbert.shapes.BindingLevers``); null = none."""
+    """A network built from outside the core (class_path / init_args, :class:`NetworkExtension`);
+    null = :class:`~vitbert.models.VitBert` itself."""
 
     def __post_init__(self) -> None:
         # Accept nested dicts (from_dict, jsonargparse) as well as the dataclasses themselves.

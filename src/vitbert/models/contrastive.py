@@ -4,7 +4,7 @@ Each tower summarises its input alone, each summary is projected into one small 
 L2-normalised, and a caption's score against a photo is the cosine of the two:
 
     photo ─ ViT ─ tower tokens (B, N, D_img) ─ mean ─ (B, D_img) ─ image_proj ─ (B, E) ─ ‖·‖ ─┐
-    caption ─ text encoder, words alone ─ [CLS] (B, D) ─ text_proj ─ (B, E) ─ ‖·‖ ────────── cos
+    caption ─ text encoder, words alone ─ [CLS] or mean (B, D) ─ text_proj ─ (B, E) ─ ‖·‖ ── cos
 
 Why beside the joint encoder: the joint encoder (MLM) reads a caption and a photo *together*,
 so scoring every caption against every photo would cost one encoder pass per pair (1,000 photos
@@ -15,7 +15,8 @@ The image side reads the tower tokens the text reads (``VitBert.tower_tokens``: 
 or every patch), averaged: the tower's own mean pool, and so also what a frozen tower's feature
 cache holds, so training never runs the tower twice. The text side runs the text encoder on the
 caption with no image tokens (the text-only reading of :mod:`vitbert.lit.conditions`): its
-[CLS] row then depends on the words alone, so a caption is embedded once for every photo.
+[CLS] row, or the mean of its rows (``VitBertConfig.itc_text_pool``), then depends on the words
+alone, so a caption is embedded once for every photo.
 
 The temperature divides the cosines before the softmax of the InfoNCE loss
 (:mod:`vitbert.lit.contrastive`). It is learned, as its logarithm (a positive quantity whose
@@ -60,6 +61,7 @@ class ContrastiveHeads(nn.Module):
         pooled = tokens.mean(dim=1).to(self.image_proj.weight.dtype)  # (B, D_img)
         return F.normalize(self.image_proj(pooled), dim=-1)  # (B, E)
 
-    def embed_text_cls(self, cls: Tensor) -> Tensor:
-        """The caption's [CLS] row read without the image (B, D) → unit vectors (B, E)."""
-        return F.normalize(self.text_proj(cls), dim=-1)  # (B, E)
+    def embed_text(self, summary: Tensor) -> Tensor:
+        """A caption read without the image, summarised (its [CLS] row or the mean of its rows,
+        B, D) → unit vectors (B, E)."""
+        return F.normalize(self.text_proj(summary), dim=-1)  # (B, E)

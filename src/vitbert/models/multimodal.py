@@ -12,8 +12,8 @@ tower; a frozen tower's cached output is wrapped as it is). Logits are computed 
 are needed: with ``target_mask`` the M masked rows are gathered *before* the V-wide vocabulary
 projection. With ``config.itc_dim`` the network also embeds photos and captions apart
 (:meth:`VitBert.embed_images`, :meth:`VitBert.embed_texts`; :mod:`vitbert.models.contrastive`),
-for retrieval. With ``config.extension`` a part from outside the core builds the tower or reads
-the photo again after the encoder (:class:`~vitbert.models.config.NetworkExtension`).
+for retrieval. :func:`build_network` builds the network a config describes: this one, or what its
+``extension`` builds (:class:`~vitbert.models.config.NetworkExtension`).
 """
 
 from __future__ import annotations
@@ -84,9 +84,8 @@ class VitBert(nn.Module):
     def __init__(self, config: VitBertConfig) -> None:
         super().__init__()
         self.config = config
-        text, extension = config.text, config.extension
-        self.image_tower = ((extension and extension.image_tower(config.image))
-                            or build_image_tower(config.image))
+        text = config.text
+        self.image_tower = build_image_tower(config.image)
         self.projector = Projector(config.image.dim, text.dim, config.projector_norm,
                                    text.norm_eps)
         self.text = TextTower(text, config.vocab_size)
@@ -95,7 +94,6 @@ class VitBert(nn.Module):
         # do: retrieval uses it, so export, load_model and init_from carry it like any weight.
         self.itc = (ContrastiveHeads(config.image.dim, text.dim, config.itc_dim)
                     if config.itc_dim else None)
-        self.reader = extension.reader(config) if extension else None
         for module in (self.projector, self.text, self.mlm_head):
             init_transformer_weights(module)
         self.tie_weights()
@@ -165,10 +163,14 @@ class VitBert(nn.Module):
 
     def embed_texts(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Captions (B, T) with their attention mask (B, T), read alone (no image tokens) →
-        unit vectors (B, itc_dim): the [CLS] row, projected. Pass captions unmasked."""
+        unit vectors (B, itc_dim): the [CLS] row, or the mean of the caption's rows
+        (``config.itc_text_pool``), projected. Pass captions unmasked."""
         itc = self._require_itc()
         hidden, _ = self.encode(input_ids, attention_mask)  # (B, T, D), words alone
-        return itc.embed_text_cls(hidden[:, 0])  # (B, E)
+        if self.config.itc_text_pool == "cls":
+            return itc.embed_text(hidden[:, 0])  # (B, E)
+        keep = attention_mask[..., None].to(hidden.dtype)  # (B, T, 1)
+        return itc.embed_text((hidden * keep).sum(dim=1) / keep.sum(dim=1))  # (B, E)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, photos: Photos | None = None,
                 target_mask: Tensor | None = None, mode: AttentionMode = "bidirectional",
@@ -193,13 +195,8 @@ class VitBert(nn.Module):
         captions see, or None for the words alone. ``mode="seq2seq"`` lets each word see only
         the image and the words to its left (generation); image tokens never see words in it.
         Row 0 is the caption's [CLS], which has read every word and image token.
-
-        With a reader (``config.extension``), each word's row is then what the reader makes of
-        it from ``words`` (the input embeddings, B, T, D), ``hidden`` (the encoder's rows),
-        ``image`` (the image tokens as the words saw them, B, N, D), ``tower`` (the tower's
-        output, P, N, D_img) with ``index``, ``visible`` (B, N) and ``causal`` (seq2seq).
         """
-        words = embedded = self.text.embeddings(input_ids)  # (B, T, D)
+        x = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
         N = 0
         if photos is not None:
@@ -208,15 +205,14 @@ class VitBert(nn.Module):
             visible = photos.visible
             if visible is None:
                 visible = keep.new_ones(keep.shape[0], N)
-            words = torch.cat((image, words), dim=1)  # (B, L, D), L = N + T
+            x = torch.cat((image, x), dim=1)  # (B, L, D), L = N + T
             keep = torch.cat((visible.bool(), keep), dim=1)  # (B, L)
-        seq2seq = mode == "seq2seq"
-        mask = seq2seq_mask(N, keep) if seq2seq else key_padding_mask(keep)  # (B, 1, L|1, L)
-        out = self.text.encoder(words, AttentionContext(mask), return_attention)
+        mask = seq2seq_mask(N, keep) if mode == "seq2seq" else key_padding_mask(keep)  # (B,1,·,L)
+        out = self.text.encoder(x, AttentionContext(mask), return_attention)
         hidden, attention = out if return_attention else (out, None)
-        hidden = hidden[:, N:]  # (B, T, D): word rows only
-        if self.reader is not None and N:
-            tower = photos.tokens.to(self.projector.proj.weight.dtype)  # (P, N, D_img)
-            hidden = self.reader(words=embedded, hidden=hidden, image=image, tower=tower,
-                                 index=photos.index, visible=visible, causal=seq2seq)
-        return hidden, attention
+        return hidden[:, N:], attention  # (B, T, D): the word rows only
+
+
+def build_network(config: VitBertConfig) -> VitBert:
+    """The network ``config`` describes: :class:`VitBert`, or what its ``extension`` builds."""
+    return config.extension.build(config) if config.extension else VitBert(config)

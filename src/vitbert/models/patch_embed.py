@@ -7,6 +7,7 @@ as its ``patch_embed``: the hybrid ViT is the same ViT with a different module i
 
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -78,15 +79,15 @@ class HybridEmbed(nn.Module):
     ``1 / reduction`` of the input's side: timm's ResNetV2 built exactly as timm's hybrid ViTs
     build it (:func:`resnetv2_backbone`, so pretrained hybrid weights load unchanged) or any timm
     CNN (:func:`timm_backbone`: EfficientNet, ResNet, …, its ``forward_features``). A P×P conv
-    ``proj`` (P = 1: one token per cell) maps the feature map to the ViT width; with ``pool`` the
-    map is averaged to one cell first, one token for the whole photo (the course's pooled image
-    token). :meth:`features` and :meth:`embed` split the two steps, so a frozen backbone's output
-    can be computed once per photo and cached (`vitbert.data.features`).
+    ``proj`` (P = 1: one token per cell) maps the feature map to the ViT width; with ``grid`` the
+    map is first averaged to ``grid`` × ``grid`` cells (1: one token for the whole photo, the
+    course's pooled image token). :meth:`features` and :meth:`embed` split the two steps, so a
+    frozen backbone's output can be computed once per photo and cached (`vitbert.data.features`).
     """
 
     def __init__(self, backbone: nn.Module, feature_dim: int, reduction: int,
                  img_size: int | tuple[int, int] = 224, patch_size: int = 1,
-                 embed_dim: int = 768, pool: bool = False) -> None:
+                 embed_dim: int = 768, grid: int | None = None) -> None:
         super().__init__()
         self.backbone = backbone
         img_size = _pair(img_size)
@@ -96,23 +97,24 @@ class HybridEmbed(nn.Module):
                 f"image size {img_size} is not a multiple of {step} "
                 f"(backbone reduction {reduction} × patch {patch_size})"
             )
-        if pool and patch_size != 1:
-            raise ValueError(f"a pooled feature map is one cell: patch_size must be 1, not "
-                             f"{patch_size}")
-        self.pool = pool
-        # Pixels per token: the whole photo when pooled, so the tower's grid is 1 × 1.
-        self.patch_size, self.reduction = patch_size, (img_size[0] if pool else reduction)
-        self.grid_size = (1, 1) if pool else (img_size[0] // step, img_size[1] // step)
+        if grid and patch_size != 1:
+            raise ValueError(f"an averaged feature map is a token per cell: patch_size must be 1, "
+                             f"not {patch_size}")
+        self.grid = grid
+        # Pixels per token: a grid cell's share of the photo when averaged.
+        self.patch_size = patch_size
+        self.reduction = img_size[0] // grid if grid else reduction
+        self.grid_size = (grid, grid) if grid else (img_size[0] // step, img_size[1] // step)
         self.proj = nn.Conv2d(feature_dim, embed_dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.embed(self.features(x))  # (B, N, D)
 
     def features(self, x: Tensor) -> Tensor:
-        """Pixels (B, 3, H, W) → the backbone's feature map (B, C, H/r, W/r), or its mean
-        (B, C, 1, 1) when pooled: what a frozen backbone's cache holds."""
+        """Pixels (B, 3, H, W) → the backbone's feature map (B, C, H/r, W/r), or it averaged to
+        (B, C, grid, grid): what a frozen backbone's cache holds."""
         x = self.backbone(x)
-        return x.mean(dim=(2, 3), keepdim=True) if self.pool else x
+        return F.adaptive_avg_pool2d(x, self.grid) if self.grid else x
 
     def embed(self, features: Tensor) -> Tensor:
         """The feature map (B, C, h, w) → tokens (B, N, D), N = h·w / P²."""

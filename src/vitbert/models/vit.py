@@ -156,7 +156,7 @@ def build_patch_embed(cfg: ImageTowerConfig) -> nn.Module:
         backbone = (timm_backbone(cfg.backbone, cfg.in_chans) if cfg.backbone
                     else resnetv2_backbone(cfg.hybrid_layers, cfg.in_chans))
         return HybridEmbed(*backbone, cfg.image_size, cfg.patch_size, cfg.dim,
-                           cfg.backbone_pool)
+                           cfg.backbone_grid)
     if cfg.kind == "conv_stem":
         return ConvStem(cfg.image_size, cfg.patch_size, cfg.in_chans, cfg.dim,
                         cfg.stem_hidden_dim)

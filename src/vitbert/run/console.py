@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
@@ -31,14 +30,12 @@ COLUMNS = [("loss", "")] + [(f"top{k}", "") for k in TOP_K] + [
 GAINS = (("image_gain_top1", ANOTHER_PHOTO), ("image_gain_vs_text_top1", TEXT_ONLY))
 
 
-def format_figures(figures: dict[str, float], stage: str = "val",
-                   caption_labels: Mapping[str, str] | None = None) -> str:
+def format_figures(figures: dict[str, float], stage: str = "val") -> str:
     """Rows: the conditions; columns: loss and top-k (all pieces, content words); then the gains.
 
     The headline gain is with the photo minus another image's photo (what the photo's content
-    adds); with the photo minus text only follows on its own line. ``caption_labels``: the data
-    source's own caption figures (``DataSource.caption_score_labels``), see
-    :func:`format_caption_figures`.
+    adds); with the photo minus text only follows on its own line. Then the whole-split
+    evaluations a run made: binding swap tests, retrieval, captions.
     """
     header = f"{'':<26}" + "".join(f"{base + content:>14}" for base, content in COLUMNS)
     lines = [header, "-" * len(header)]
@@ -61,35 +58,23 @@ def format_figures(figures: dict[str, float], stage: str = "val",
                      f"'{ANOTHER_PHOTO.description}' row)")
     lines += format_binding_figures(figures, stage)
     lines += format_retrieval_figures(figures, stage)
-    lines += format_caption_figures(figures, stage, caption_labels)
+    lines += format_caption_figures(figures, stage)
     return "\n".join(lines)
 
 
-def format_caption_figures(figures: dict[str, float], stage: str = "val",
-                           caption_labels: Mapping[str, str] | None = None) -> list[str]:
-    """One line each, with the photo and from no image: BLEU-4, CIDEr-D, then the data source's
-    own figures named in ``caption_labels`` (name → label, in order): the first as a headline
-    share, the rest as its parts in parentheses."""
+def format_caption_figures(figures: dict[str, float], stage: str = "val") -> list[str]:
+    """One line each, with the photo, from no image and reranked: BLEU-4 and CIDEr-D."""
     lines = []
     for suffix, description in (("", "captions, with the photo"), ("_text", "captions, no image"),
                                 ("_reranked", "captions, reranked")):
         if f"{stage}/cider{suffix}" not in figures:
             continue
-        line = (f"{description:<26}BLEU-4 {100 * figures[f'{stage}/bleu4{suffix}']:.1f}   "
-                f"CIDEr-D {100 * figures[f'{stage}/cider{suffix}']:.1f}")
-        shares = [(label, 100 * figures[f"{stage}/{name}{suffix}"])
-                  for name, label in (caption_labels or {}).items()
-                  if f"{stage}/{name}{suffix}" in figures]
-        if shares:
-            (label, headline), *parts = shares
-            line += f"   {label} {headline:.1f}%"
-            if parts:
-                line += " (" + ", ".join(f"{label} {share:.0f}%" for label, share in parts) + ")"
-        lines.append(line)
+        lines.append(f"{description:<26}BLEU-4 {100 * figures[f'{stage}/bleu4{suffix}']:.1f}   "
+                     f"CIDEr-D {100 * figures[f'{stage}/cider{suffix}']:.1f}")
     return lines
 
 
-# The binding scores (vitbert.lit.binding), with their row labels.
+# The binding scores (a data set's swap tests, logged as binding_*), with their row labels.
 BINDING_ROWS = (("pll", "pseudo-log-likelihood, photo"),
                 ("pll_text", "pseudo-log-likelihood, text"),
                 ("fill", "fill-mask, photo"))
@@ -168,9 +153,7 @@ class ValidationSummary(L.Callback):
         if not figures:
             return
         note = "" if step or trainer.state.fn == "fit" else " (untrained: no --ckpt_path given)"
-        source = getattr(getattr(trainer, "datamodule", None), "source", None)
-        labels = source.caption_score_labels() if source is not None else None
-        print(f"\n{title} after {step} steps{note}:\n{format_figures(figures, stage, labels)}")
+        print(f"\n{title} after {step} steps{note}:\n{format_figures(figures, stage)}")
 
 
 class ParameterCount(ModelSummary):

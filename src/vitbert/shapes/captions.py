@@ -2,12 +2,11 @@
 
 BLEU-4 and CIDEr-D (:mod:`vitbert.lit.metrics`) score any caption; on the shapes data
 the question that matters is narrower, and only this data can ask it: are the (colour, shape)
-pairs the caption names exactly the picture's? :class:`vitbert.shapes.ShapesSource` hands
-:func:`colour_shape_shares` to the caption evaluation (``DataSource.caption_scores``), which logs
-them as ``val/colour_shape``, ``val/colours``, ``val/shapes`` (and ``_text`` for the captions
-written from no image). :func:`object_verdicts` says, object by object, what went wrong when a
-caption misses (:mod:`vitbert.shapes.analysis`). :func:`binding_swaps` makes the binding test's
-negatives of a shapes caption (``DataSource.binding_swaps``, :mod:`vitbert.lit.binding`).
+pairs the caption names exactly the picture's? :func:`colour_shape_shares` answers it for a set
+of captions (``scripts/analyze.py --captions``), and :func:`object_verdicts` says, object by
+object, what went wrong when a caption misses (:mod:`vitbert.shapes.analysis`).
+:func:`binding_swaps` makes the binding test's negatives of a shapes caption
+(:mod:`vitbert.shapes.binding`).
 """
 
 from __future__ import annotations
@@ -22,10 +21,6 @@ from vitbert.shapes.data import COLOURS, SHAPES
 COLOUR_SHAPE = re.compile(rf"\b({'|'.join(COLOURS)}) ({'|'.join(SHAPES)})\b")
 # The shares :func:`colour_shape_shares` gives, with their labels in the end-of-training table:
 # the headline first, then its parts.
-CAPTION_SCORE_LABELS = {"colour_shape": "colours and shapes all right", "colours": "colours",
-                        "shapes": "shapes"}
-
-
 def colours_and_shapes_right(candidate: str, reference: str) -> dict[str, bool] | None:
     """Whether the candidate names exactly the reference's (colour, shape) pairs, in any order
     (``colour_shape``), and, to tell which half fails, exactly its colours (``colours``) and its

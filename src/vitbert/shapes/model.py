@@ -1,7 +1,8 @@
 """The shapes data's binding levers in the network: a tower that keeps hue apart from form, and
-a neighbour lookup that reads the photo again for each word. Plugged into the core's
-:class:`~vitbert.models.VitBert` as one :class:`~vitbert.models.config.NetworkExtension`,
-:class:`BindingLevers`, which builds the tower and adds the reader; no core module knows them.
+a neighbour lookup that reads the photo again for each word. :class:`BindingLevers`, a
+:class:`~vitbert.models.config.NetworkExtension` a config names, builds :class:`BindingVitBert`,
+the core's :class:`~vitbert.models.VitBert` with that tower and that reader; no core module knows
+them.
 
 **The tower** (:class:`HueFormViT`): the conv stem reads luminance (:class:`LuminanceStem`), and
 the last ``hue_dim`` channels of each output token hold the patch's hue instead, from 1×1 convs
@@ -43,7 +44,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vitbert.models import ConfigError, ConvStem, ImageTowerConfig, ViT, VitBertConfig
+from vitbert.models import (
+    ConfigError,
+    ConvStem,
+    ImageTowerConfig,
+    Photos,
+    ViT,
+    VitBert,
+    VitBertConfig,
+)
 from vitbert.models.config import NetworkExtension
 from vitbert.models.vit import init_transformer_weights
 
@@ -95,15 +104,17 @@ class BindingLevers(NetworkExtension):
         self.lookup_heads, self.share_window = lookup_heads, share_window
         self.lookup_place = lookup_place
 
+    def build(self, config: VitBertConfig) -> BindingVitBert:
+        return BindingVitBert(config, self)
+
     def image_tower(self, config: ImageTowerConfig) -> ViT | None:
+        """The hue-apart tower, or None (``hue_dim`` 0: the core's)."""
         if not self.hue_dim:
             return None
         if config.kind != "conv_stem" or not self.hue_dim < config.dim:
             raise ConfigError(f"the hue-apart tower (hue_dim {self.hue_dim}) is a conv_stem tower "
                               f"of more than {self.hue_dim} channels; set image.kind: conv_stem "
                               f"and image.dim above it (it is {config.kind}, {config.dim})")
-        # Built in the order the tower was always built (stem, hue, ViT), so a seed gives the
-        # same initial weights as before the levers moved here.
         stem = LuminanceStem(config.image_size, config.patch_size, config.in_chans, config.dim,
                              config.stem_hidden_dim)
         chroma = PatchChroma(config.patch_size, config.in_chans, self.hue_dim, place=self.places)
@@ -111,19 +122,49 @@ class BindingLevers(NetworkExtension):
                           config.class_token, config.pool, config.drop_path, config.norm_eps,
                           config.mean, config.std, config.attention_radius, chroma=chroma)
 
-    def reader(self, config: VitBertConfig) -> nn.Module | None:
+    def reader(self, config: VitBertConfig) -> BindingReader | None:
+        """The neighbour lookup (and its read sharing), or None (``lookup_heads`` 0)."""
         if not self.lookup_heads:
             return None
         return BindingReader(config.text.dim, self.lookup_heads, config.image.dim, self.hue_dim,
                              self.lookup_place, self.share_window)
 
 
+class BindingVitBert(VitBert):
+    """The core's network with the levers: the hue-apart tower in place of the core's, and each
+    word's row read again by :class:`BindingReader` after the joint encoder. Built by
+    :meth:`BindingLevers.build`; written and read back like any network (its config names the
+    levers), so a checkpoint of it predicts, writes and fine-tunes as one of the core's does."""
+
+    def __init__(self, config: VitBertConfig, levers: BindingLevers) -> None:
+        super().__init__(config)
+        self.image_tower = levers.image_tower(config.image) or self.image_tower
+        self.reader = levers.reader(config)
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor, photos: Photos | None = None,
+               mode: str = "bidirectional", return_attention: bool = False
+               ) -> tuple[Tensor, list[Tensor] | None]:
+        """The core's word rows, each then what the reader makes of it (module doc)."""
+        hidden, attention = super().encode(input_ids, attention_mask, photos, mode,
+                                           return_attention)
+        if self.reader is None or photos is None:
+            return hidden, attention
+        image = self.image_tokens(photos)  # (B, N, D): as the words saw them
+        visible = photos.visible
+        if visible is None:
+            visible = attention_mask.new_ones(image.shape[:2], dtype=torch.bool)
+        hidden = self.reader(words=self.text.embeddings(input_ids), hidden=hidden, image=image,
+                             tower=photos.tokens.to(image.dtype), index=photos.index,
+                             visible=visible, causal=mode == "seq2seq")
+        return hidden, attention
+
+
 def read_pre_extension_levers(config: dict[str, Any], state_dict: dict[str, Tensor]
                               ) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """A stored network's config (plain values) and weights, the levers of a file from before
     extensions read as :class:`BindingLevers` (:data:`PRE_EXTENSION_FIELDS`, ``_WEIGHTS``);
-    anything else unchanged. The core's file reader calls it by path
-    (``vitbert.io.files.UPGRADES``), so such a checkpoint still predicts, writes and fine-tunes.
+    anything else unchanged. ``scripts/upgrade_checkpoint.py`` writes such a file anew through
+    it, and the new file predicts, writes and fine-tunes as the old one did.
     """
     config, image = dict(config), dict(config.get("image", {}))
     levers = {new: source.pop(old) for old, new in PRE_EXTENSION_FIELDS.items()

@@ -7,13 +7,12 @@ import torch
 from torch import nn
 
 from vitbert.data.tokenizer import train_wordpiece
-from vitbert.lit.binding import (
-    BindingEvaluation,
+from vitbert.models import ImageTowerConfig, Photos, TextTowerConfig, VitBert, VitBertConfig
+from vitbert.shapes.binding import (
     binding_scores,
     content_pieces,
     pseudo_log_likelihood,
 )
-from vitbert.models import ImageTowerConfig, Photos, TextTowerConfig, VitBert, VitBertConfig
 from vitbert.shapes.captions import binding_swaps
 
 CAPTIONS = ["a small red circle left of a large blue square",
@@ -118,28 +117,3 @@ def test_the_shapes_swaps_exchange_colours_shapes_and_turn_the_relation():
     same_colour = dict(binding_swaps("the small red cross is below the large red square"))
     assert set(same_colour) == {"shape", "relation"}
     assert same_colour["relation"] == "the small red cross is above the large red square"
-
-
-@pytest.mark.parametrize("evaluation", ["binding", "captions", "retrieval"])
-def test_the_whole_split_evaluations_are_off_by_default_and_a_config_switches_them_on(
-        evaluation):
-    """--binding.*, --captions.*, --retrieval.*: 0 pictures (off) unless a config asks; the
-    embedded default's configs/default.yaml asks for each."""
-    from helpers import train_cli
-
-    from vitbert.cli import DEFAULT_CONFIG
-    from vitbert.lit.evaluation import CaptionEvaluation
-    from vitbert.lit.retrieval import RetrievalEvaluation
-
-    kind = {"binding": BindingEvaluation, "captions": CaptionEvaluation,
-            "retrieval": RetrievalEvaluation}[evaluation]
-    assert kind().num_images == 0
-
-    def parse(*args: str) -> dict:
-        args = ["fit", "--config", str(DEFAULT_CONFIG), *args]  # as train.py parses them
-        return train_cli(args).parser.parse_args(args).fit.as_dict()[evaluation]
-
-    bare = train_cli(["fit"])._parser("fit").get_defaults()  # no config: the class defaults
-    assert bare[evaluation].num_images == 0
-    assert parse()["num_images"] > 0  # the embedded default asks for it
-    assert parse(f"--{evaluation}.num_images", "7")["num_images"] == 7

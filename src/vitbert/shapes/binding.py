@@ -1,11 +1,12 @@
 """Does the model bind what it sees to the words it fills? Swap tests (ARO, Yuksekgonul et al.
-2023), on any captions.
+2023) on the shapes data, whose captions say which word belongs to which object.
 
-For each picture, its caption against *negatives*: the same caption with two words swapped
-between the things it names ("a small blue circle left of a large red square" for "a small red
-circle left of a large blue square") or a word replaced by its opposite. A model that reads the
-picture as a bag of words cannot tell them apart; one that binds prefers the true caption.
-Chance is 50%. Three scores, each the share of (caption, negative) pairs the true one wins:
+For each picture, its caption against *negatives* (:func:`vitbert.shapes.captions.binding_swaps`):
+the same caption with the two colours swapped, the two shapes swapped, or the relation turned
+("a small blue circle left of a large red square" for "a small red circle left of a large blue
+square"). A model that reads the picture as a bag of words cannot tell them apart; one that binds
+prefers the true caption. Chance is 50%. Three scores, each the share of (caption, negative)
+pairs the true one wins:
 
 - ``pll``: the pseudo-log-likelihood of the caption's content pieces with the photo (each hidden
   in turn, the rest in view; Salazar et al. 2020), true against negative. Also ``pll_text``, with
@@ -15,10 +16,8 @@ Chance is 50%. Three scores, each the share of (caption, negative) pairs the tru
   in turn, and the true word must score above the negative's word there (a colour hidden where
   the picture holds two colours: the right object's colour against the other object's).
 
-The negatives come from the data: a data source may say how to make them (``binding_swaps``:
-caption → ``[(kind, negative caption), …]``; the shapes data swaps the two colours, the two
-shapes, and a relation for its opposite); otherwise two content words are swapped where every
-word pair the swap makes is one the training captions use (:mod:`vitbert.lit.negatives`).
+:class:`BindingEvaluation` runs them as a callback a config lists (``trainer.callbacks``);
+``scripts/analyze.py --binding`` runs them on any checkpoint trained on this data.
 """
 
 from __future__ import annotations
@@ -33,10 +32,9 @@ from torch import Tensor
 from vitbert.data.masking import STOP_WORDS
 from vitbert.decoding.likelihood import pseudo_log_likelihood
 from vitbert.lit.evaluation import SplitEvaluation, images_and_references
-from vitbert.lit.negatives import SwapNegatives
+from vitbert.shapes.captions import binding_swaps
 
 SwapMaker = Callable[[str], list[tuple[str, str]]]  # caption → [(kind, negative caption), …]
-GENERIC_KIND = "words"
 
 
 def content_pieces(tokenizer, captions: Sequence[str], max_length: int
@@ -54,39 +52,6 @@ def content_pieces(tokenizer, captions: Sequence[str], max_length: int
     return enc["input_ids"], enc["attention_mask"].bool(), content
 
 
-def generic_swaps(tokenizer, swaps: SwapNegatives, max_length: int, seed: int = 0
-                  ) -> SwapMaker:
-    """Negatives for any captions: two content words swapped where every word pair the swap
-    makes is one the training captions use (``swaps``), drawn per caption from ``seed`` and the
-    caption's text, so the same at every evaluation."""
-
-    def make(caption: str) -> list[tuple[str, str]]:
-        ids, _, content = content_pieces(tokenizer, [caption], max_length)
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + hash_text(caption))
-        negative, has = swaps(ids, content, generator)
-        if not has[0]:
-            return []
-        return [(GENERIC_KIND, tokenizer.decode(negative[0], skip_special_tokens=True))]
-
-    return make
-
-
-def swap_maker(source, tokenizer, training_swaps: Callable[[], SwapNegatives], max_length: int
-               ) -> SwapMaker:
-    """The data source's own negatives (``DataSource.binding_swaps``) where it makes them, else
-    :func:`generic_swaps` over ``training_swaps()``, the swaps the training captions allow
-    (asked for only then: building them reads every training caption)."""
-    own = source.binding_swaps()
-    if own is not None:
-        return own
-    return generic_swaps(tokenizer, training_swaps(), max_length)
-
-
-def hash_text(text: str) -> int:
-    """A hash of a string that is the same in every process (``hash`` is salted per process)."""
-    return int.from_bytes(text.encode()[:64].ljust(8, b"\0")[-8:], "little") % (2**31)
-
-
 def _changed_words(true: str, negative: str) -> list[tuple[int, str, str]]:
     """(word index, true word, negative's word) where two captions of as many words differ."""
     a, b = true.split(), negative.split()
@@ -97,7 +62,7 @@ def _changed_words(true: str, negative: str) -> list[tuple[int, str, str]]:
 
 @torch.no_grad()
 def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[str]],
-                   make: SwapMaker, max_length: int = 64,
+                   make: SwapMaker = binding_swaps, max_length: int = 64,
                    batch_pictures: int = 32) -> dict[str, float]:
     """The swap tests over pictures ``images`` (P, 3, S, S) uint8, ``captions[p]`` the captions
     of picture p (every one is tested: a photo with five captions gives five sets of pairs).
@@ -199,43 +164,26 @@ def _win(true: Tensor, negative: Tensor) -> float:
 class BindingEvaluation(SplitEvaluation):
     """The swap tests at the end of each validation (a fixed sample of ``num_images`` pictures,
     every caption of each) and test (every picture of the split), logged as
-    ``{stage}/binding_{score}[_{kind}]``; off (``num_images`` 0) unless a config asks for them;
-    ``every_n_epochs`` as in :class:`vitbert.lit.evaluation.SplitEvaluation`.
+    ``{stage}/binding_{score}[_{kind}]``; ``every_n_epochs`` as in
+    :class:`vitbert.lit.evaluation.SplitEvaluation`. A config lists it::
 
-    The negatives are the data source's own (``binding_swaps``) where it has them, else
-    :func:`generic_swaps` over the word pairs of the training captions (built once per
-    tokenizer), or, for a source that streams its training set, of the captions tested (a
-    streamed training set is never read for them). The tests are the same on every process
-    under DDP, and each process runs all of them.
+        trainer:
+          callbacks:
+            - class_path: vitbert.shapes.BindingEvaluation
+              init_args: {num_images: 200}
+
+    The tests are the same on every process under DDP, and each process runs all of them.
     """
 
     prefix = "binding_"
 
-    def __init__(self, num_images: int = 0, batch_pictures: int = 32,
+    def __init__(self, num_images: int = 200, batch_pictures: int = 32,
                  every_n_epochs: int = 1) -> None:
         super().__init__(num_images, every_n_epochs)
         self.batch_pictures = batch_pictures
-        self._swaps: tuple[object, SwapNegatives] | None = None  # (tokenizer, its swaps)
 
     def figures(self, trainer, pl_module, dataset, limit: int | None) -> dict[str, float]:
-        datamodule = trainer.datamodule
         _, firsts, captions = images_and_references(dataset, limit)
         images = torch.stack([dataset[i]["image"] for i in firsts])  # (P, 3, S, S)
-
-        def training_swaps() -> SwapNegatives:
-            tested = [caption for picture in captions for caption in picture]
-            return self.training_swaps(datamodule, pl_module.tokenizer, tested)
-
-        make = swap_maker(datamodule.source, pl_module.tokenizer, training_swaps,
-                          datamodule.max_length)
-        return binding_scores(pl_module.net, pl_module.tokenizer, images, captions, make,
-                              datamodule.max_length, self.batch_pictures)
-
-    def training_swaps(self, datamodule, tokenizer, tested: list[str]) -> SwapNegatives:
-        """The swaps the training captions allow (``tested``, the captions under test, for a
-        source that streams its training set), built once per tokenizer."""
-        if self._swaps is None or self._swaps[0] is not tokenizer:
-            captions = datamodule.train_captions()
-            self._swaps = (tokenizer, SwapNegatives.from_captions(
-                tokenizer, tested if captions is None else captions))
-        return self._swaps[1]
+        return binding_scores(pl_module.net, pl_module.tokenizer, images, captions,
+                              binding_swaps, trainer.datamodule.max_length, self.batch_pictures)
