@@ -11,8 +11,8 @@ Three ways to train the Flickr30k model (``configs/flickr30k.yaml``: ViT-B/16 â†
     ours      CaptionDataModule over the uint8 image cache (memmap), per-batch padding, logits
               only at the masked rows, fused AdamW; everything trainable; ``group_by_photo``:
               a photo's 5 captions share a batch and the image tower runs once per photo
-    frozen    ours with ``freeze_image_tower``: the tower's output read from the feature cache
-              (`vitbert.data.features`), so a step runs the projector and the text side only
+    frozen    ours with ``freeze_image: {part: tower}``: the tower's output read from the feature
+              cache (`vitbert.lit.frozen`), so a step runs the projector and the text side only
 
 Each contender keeps its own DataLoader (same batch size and workers) and runs in alternating
 rounds (the order flips every round; a shared machine's load drifts); samples/s is the total over
@@ -316,7 +316,7 @@ def ours(config: VitBertConfig, datamodule: Any, device: torch.device, frozen: b
          ) -> EpochContender:
     """Our model over the data module's loader; ``frozen``: the tower's output from the feature
     cache (built here, its time reported as a one-time cost)."""
-    from vitbert.data.features import build_image_features
+    from vitbert.lit.frozen import build_image_features
 
     torch.manual_seed(0)
     model = VitBert(config).to(device).train()

@@ -31,6 +31,7 @@ from vitbert.io.bert import bert_folder, text_tower_config
 from vitbert.io.files import load_tensors_file
 from vitbert.lit.binding import BindingEvaluation
 from vitbert.lit.evaluation import CaptionEvaluation
+from vitbert.lit.frozen import old_freeze_settings
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.retrieval import RetrievalEvaluation
 from vitbert.models import TextTowerConfig, VitBertConfig
@@ -194,6 +195,7 @@ class VitBertCLI(ProjectCLI):
         hparams.pop("_instantiator", None)
         if not hparams:
             return
+        hparams = old_freeze_settings(hparams)  # an older vitbert's three: one setting now
         try:
             hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
         except (TypeError, ValueError) as error:  # a setting this version has not, or a value
@@ -205,9 +207,9 @@ class VitBertCLI(ProjectCLI):
         stored = {subcommand: {"model": hparams}}
         self.config = self.parser.parse_object(stored, self.config)
         kept = dict(self.config[subcommand].model.items())
-        replaced = [f"model.{key} {_brief(asked[key])} (the checkpoint's: {_brief(kept[key])})"
-                    for key in sorted(asked) if key in kept and not _filled_in(key, asked[key])
-                    and _canonical(asked[key], key) != _canonical(kept[key], key)]
+        replaced = [f"model.{key} {_brief(mine)} (the checkpoint's: {_brief(its)})"
+                    for key, (mine, its) in _aligned(asked, kept).items()
+                    if not _filled_in(key, mine) and _canonical(mine, key) != _canonical(its, key)]
         if subcommand == "fit" and replaced:
             warnings.warn(f"resuming {path} with the settings it "
                           f"was trained with; ignored: {'; '.join(replaced)}. To train with "
@@ -232,6 +234,28 @@ class VitBertCLI(ProjectCLI):
         self._load_weights_only()
         if not self.config_init["fit"].get("ckpt_path") and not self.model.hparams.init_from:
             check_image_weights(self.model.net.config.image.pretrained)  # a fresh run loads it
+
+
+def _aligned(asked: dict, kept: dict) -> dict[str, tuple[object, object]]:
+    """(asked, kept) for each of ``asked``'s settings (dotted keys, as a parsed namespace's items)
+    that ``kept`` holds too. A setting one side leaves unset (None) and the other gives fields
+    of (``freeze_image`` against ``freeze_image.steps``) is compared whole, the fields as a
+    dict."""
+    def fields(tree: dict, key: str) -> dict:
+        return {k[len(key) + 1:]: v for k, v in tree.items() if k.startswith(key + ".")}
+
+    pairs = {}
+    for key in sorted(asked):
+        parts = key.split(".")
+        unset = next((".".join(parts[:n]) for n in range(1, len(parts))
+                      if ".".join(parts[:n]) in kept), None)
+        if key in kept:
+            pairs[key] = (asked[key], kept[key])
+        elif unset is not None:  # the checkpoint's is None where the run asks for fields
+            pairs[unset] = (fields(asked, unset), kept[unset])
+        elif fields(kept, key):  # the run asks for None where the checkpoint holds fields
+            pairs[key] = (asked[key], fields(kept, key))
+    return pairs
 
 
 def _canonical(value: object, key: str = "") -> object:

@@ -95,6 +95,28 @@ def test_lightning_checkpoint_round_trip_keeps_the_tie(trained):
     assert module.tokenizer is not None  # restored from the checkpoint itself
 
 
+@pytest.mark.parametrize(("old", "now"), [
+    ({"freeze_image_tower_steps": 3}, {"part": "tower", "steps": 3}),
+    ({"freeze_image_tower_steps": 0, "freeze_image_tower": True}, {"part": "tower", "steps": None}),
+    ({"freeze_image_tower": False}, None),
+])
+def test_a_checkpoint_with_the_old_freeze_settings_resumes_with_the_one_they_became(
+        trained, tmp_path, monkeypatch, old, now):
+    """An older vitbert stored three freeze settings (the tower's first steps, the tower all
+    run, a hybrid tower's CNN all run); its checkpoint resumes with ``freeze_image``."""
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    checkpoint = torch.load(tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    del checkpoint["hyper_parameters"]["freeze_image"]
+    checkpoint["hyper_parameters"].update(old)
+    older = tmp_path / "older.ckpt"
+    torch.save(checkpoint, older)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "resuming ... ignored: model.freeze_image None"
+        cli = fit(tmp, "--ckpt_path", str(older), steps=16, run="older")
+    assert cli.model.hparams.freeze_image == now
+
+
 def test_resume_continues_step_count_and_schedule(trained, tmp_path, monkeypatch):
     tmp, full = trained
     monkeypatch.chdir(tmp_path)
@@ -119,15 +141,15 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
     last = tmp / "run" / "checkpoints" / "last.ckpt"
     without_twins = objectives("itc", "words", "captions", "focus")
     with pytest.warns(UserWarning, match="resuming") as caught:
-        cli = fit(tmp, "--ckpt_path", str(last), "--model.freeze_image_tower_steps", "5",
+        cli = fit(tmp, "--ckpt_path", str(last), "--model.freeze_image.steps", "5",
                   *without_twins, steps=16, run="resumed")
-    assert cli.model.hparams.freeze_image_tower_steps == 0
+    assert cli.model.hparams.freeze_image is None
     assert [o["class_path"] for o in cli.model.hparams.objectives] == [
         "vitbert.lit.contrastive.Contrastive", "vitbert.lit.objectives.WordDetection",
         "vitbert.lit.objectives.CaptionWriting", "vitbert.shapes.focus.FocusedMaskedLM",
         "vitbert.shapes.twins.TwinContrast"]
     (message,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
-    assert "model.freeze_image_tower_steps 5 (the checkpoint's: 0)" in message
+    assert "model.freeze_image {'part': 'tower', 'steps': 5} (the checkpoint's: None)" in message
     # Each objective by its class and arguments, not the parser's nested namespaces.
     assert "model.objectives [Contrastive(weight=1.0), WordDetection(weight=10.0), " in message
     assert "TwinContrast(weight=0.3)])" in message and "Namespace" not in message
@@ -217,7 +239,7 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch, karpat
     ])
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert cli.model.net.config.image_tokens == "pooled"
-    assert cli.model.hparams.freeze_image_tower_steps == 500
+    assert cli.model.hparams.freeze_image == {"part": "tower", "steps": 500}
 
 
 def test_transfer_resamples_image_positions_and_extends_text_positions():

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.features import FEATURES_KEY, build_image_features
+from vitbert.data.features import FEATURES_KEY
 from vitbert.data.masking import MLMCollator
 from vitbert.data.tokenizer import train_wordpiece
+from vitbert.lit.frozen import build_image_features
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
 from vitbert.shapes import ShapesSource
 from vitbert.shapes.twins import (
@@ -114,7 +115,7 @@ def test_a_datamodule_serves_twins_in_training_only_and_only_from_a_twin_source(
 
 
 def test_a_frozen_towers_batches_carry_no_twins_and_the_contrast_says_why(tmp_path):
-    """What model.freeze_image_tower: true hands the data module: the tower's cached output
+    """What model.freeze_image: {part: tower} hands the data module: the tower's cached output
     stands in for the photos, so the twins' photos (which the contrast runs through the tower)
     are not served, and the twin contrast refuses such a batch naming the frozen tower.
     (Replaces the data module's old DataError at loader creation: the source's extra fields are

@@ -58,7 +58,8 @@ class MLMCollator:
     bool (B, T) (the pieces of content words, targets or not), `index` long (B,), `image_id`
     long (B,) (the item's cache `row`: which photo); `extra` (a data source's, :class:`BatchExtra`)
     adds its own fields. Items with a frozen part's cached features (`data.features.PARTS`)
-    instead of `image` give those, stacked (P, …), under the same key.
+    instead of `image` give those, stacked (P, …), under the same key, and no `extra` fields
+    (a source's own fields are made from its pixels).
     T is the longest caption in the batch (at most `max_length`), never a fixed length.
 
     Why each photo once: Flickr30k has five captions per photo, and a loader that keeps them
@@ -196,8 +197,9 @@ class MLMCollator:
             photos = {cached: torch.stack([it[cached] for it in first.values()])}
         else:  # (P, 3, S, S) uint8 pixels, one crop per photo when augmenting
             photos = {"images": torch.stack([self._image(it["image"]) for it in first.values()])}
-        if self.extra is not None:  # drawn after every mask, so the masks are the same
-            photos.update(self.extra(items, enc, rngs, self._image))
+        if self.extra is not None and cached is None:  # a source's fields are made from pixels
+            photos.update(self.extra(items, enc, rngs, self._image))  # after every mask: the
+            # masks are the same with or without them
         return {
             **photos,
             IMAGE_INDEX: torch.tensor(image_index, dtype=torch.long),  # (B,)
