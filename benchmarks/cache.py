@@ -2,7 +2,7 @@
 
 The obvious loop is what one writes first: for each batch of 32 photos, PIL decodes and resizes
 each JPEG, then timm's model runs in fp32, in eval mode, in the one process. Ours is what a fit
-runs (`vitbert.data.features`): the JPEGs decoded once into the image cache by worker processes
+runs (`vitbert.lit.frozen`): the JPEGs decoded once into the image cache by worker processes
 (``prepare_workers``), then the CNN over the cached pixels channels-last, under inference_mode,
 in bf16 where the CPU has bf16 instructions. Both read the same files, at the same resolution, and
 give the same output (the feature map's mean per photo, or the map): the figures are photos per
@@ -81,7 +81,7 @@ def our_features(weights: dict[str, torch.Tensor], folder: Path, work: Path, siz
     the CNN holding ``weights``. Returns (features as the other loop's, seconds, the dtype the
     CNN ran in)."""
     from vitbert.data import CaptionedPhotos
-    from vitbert.data.features import build_image_features, compute_dtype
+    from vitbert.lit.frozen import build_image_features, compute_dtype
     from vitbert.models import ImageTowerConfig, VitBert, VitBertConfig
 
     net = VitBert(VitBertConfig(image=ImageTowerConfig(

@@ -11,8 +11,8 @@ Three ways to train the Flickr30k model (``configs/flickr30k.yaml``: ViT-B/16 â†
     ours      CaptionDataModule over the uint8 image cache (memmap), per-batch padding, logits
               only at the masked rows, fused AdamW; everything trainable; ``group_by_photo``:
               a photo's 5 captions share a batch and the image tower runs once per photo
-    frozen    ours with ``freeze_image_tower``: the tower's output read from the feature cache
-              (`vitbert.data.features`), so a step runs the projector and the text side only
+    frozen    ours with ``freeze_image: {part: tower}``: the tower's output read from the feature
+              cache (`vitbert.lit.frozen`), so a step runs the projector and the text side only
 
 Each contender keeps its own DataLoader (same batch size and workers) and runs in alternating
 rounds (the order flips every round; a shared machine's load drifts); samples/s is the total over
@@ -315,8 +315,9 @@ def obvious(config: VitBertConfig, root: Path, tokenizer: Any, batch_size: int, 
 def ours(config: VitBertConfig, datamodule: Any, device: torch.device, frozen: bool = False
          ) -> EpochContender:
     """Our model over the data module's loader; ``frozen``: the tower's output from the feature
-    cache (built here, its time reported as a one-time cost)."""
-    from vitbert.data.features import build_image_features
+    cache (built here, its time reported as a one-time cost), which the data module then serves
+    to every training loader of its own (give this contender a data module of its own)."""
+    from vitbert.lit.frozen import build_image_features
 
     torch.manual_seed(0)
     model = build_network(config).to(device).train()
@@ -327,7 +328,6 @@ def ours(config: VitBertConfig, datamodule: Any, device: torch.device, frozen: b
         datamodule.use_image_features(build_image_features(model, datamodule.cache_dir))
         one_time["feature_cache_build"] = round(time.perf_counter() - t0, 2)
     loader = datamodule.train_dataloader()
-    datamodule.use_image_features(None)
     parts = {"image_tower": model.image_tower, "text_tower": model.text.encoder,
              "head": model.mlm_head}
     return EpochContender("frozen" if frozen else "ours", model, _our_optimizer(model),
@@ -393,19 +393,25 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
         root = make_jpeg_folder(work / "flickr30k", n_images, layout="karpathy")
         source = CaptionedPhotos(root=str(root), cache_dir=str(work / "cache"),
                                  prepare_workers=workers)
-        dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=workers,
-                               image_size=config.image.image_size,
-                               max_length=config.text.max_len, persistent_workers=workers > 0,
-                               mlm_probability=MLM_PROBABILITY, group_by_photo=True)
         jpeg_s = time.perf_counter() - t0
+
+        def data_module() -> CaptionDataModule:
+            dm = CaptionDataModule(source=source, batch_size=batch_size, num_workers=workers,
+                                   image_size=config.image.image_size,
+                                   max_length=config.text.max_len, persistent_workers=workers > 0,
+                                   mlm_probability=MLM_PROBABILITY, group_by_photo=True)
+            dm.prepare_data()
+            dm.setup("fit")
+            return dm
+
         t0 = time.perf_counter()
-        dm.prepare_data()
-        dm.setup("fit")
+        dm = data_module()
         cache_s = time.perf_counter() - t0
+        frozen_dm = data_module()  # its training split switches to the feature cache for good
         tokenizer = dm.tokenizer
         config = dataclasses.replace(config, pad_token_id=dm.pad_token_id)
         contenders = [obvious(config, root, tokenizer, batch_size, workers, device),
-                      ours(config, dm, device), ours(config, dm, device, frozen=True)]
+                      ours(config, dm, device), ours(config, frozen_dm, device, frozen=True)]
         for c in contenders[1:]:
             c.one_time_s["image_cache_build"] = round(cache_s, 2)
         if cuda:  # the GPU runs bf16-mixed, eager and compiled
@@ -413,7 +419,8 @@ def epoch_benchmark(config: VitBertConfig | None = None, n_images: int = 96, bat
                 c.autocast = bf16_autocast
             if compile:
                 for base in contenders[1:]:
-                    c = ours(config, dm, device, frozen=base.name == "frozen")
+                    frozen = base.name == "frozen"
+                    c = ours(config, frozen_dm if frozen else dm, device, frozen=frozen)
                     c.name, c.model, c.autocast = f"{base.name}_compiled", torch.compile(
                         c.model), bf16_autocast
                     t = time.perf_counter()

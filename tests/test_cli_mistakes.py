@@ -125,13 +125,15 @@ def test_export_of_a_config(tmp_path):
     (["--model.objectives+={\"class_path\": \"vitbert.lit.objectives.MaskedLM\"}"],
      "lists one objective twice"),
     (["--model.net.itc_dim", "0"], "--model.net.itc_dim"),
-    (["--model.freeze_image_backbone", "true"], "image.kind: hybrid"),
+    (["--model.freeze_image.part", "backbone"], "image.kind: hybrid"),
+    (["--model.freeze_image.steps", "-1"], "model.freeze_image.steps -1: give a number"),
 ])
 def test_objectives_and_towers_that_cannot_work_say_so_in_one_line(karpathy_flickr, tmp_path,
                                                                     monkeypatch, capsys, flags,
                                                                     says):
     """The Flickr30k config's objectives with one listed twice, its contrastive objective with no
-    contrastive heads, a frozen CNN on a ViT: a one-line error naming the fix, not a traceback."""
+    contrastive heads, a frozen CNN on a ViT, a negative number of frozen steps: a one-line
+    error naming the fix, not a traceback."""
     monkeypatch.chdir(tmp_path)
     line = the_one_line(capsys, ["fit", "--config", FLICKR30K, *SMALL_VIT,
                                  "--model.net.image.pretrained", "null",

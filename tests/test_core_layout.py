@@ -4,8 +4,12 @@ through its general interfaces, so the core never imports it, nor anything else 
 (``vitbert.run``, the APIs, the CLI); the core's packages form layers,
 ``nn < models < data < decoding < io < lit``, each importing only its own package and lower ones;
 no import cycle runs among the core's modules; no function takes more than
-:data:`MAX_PARAMETERS` parameters (constructors excepted: a config class takes its settings); and
-``lit/`` stays small enough to read (:data:`MAX_LIT_FILES`).
+:data:`MAX_PARAMETERS` parameters (constructors excepted: a config class takes its settings);
+``lit/`` stays small enough to read (:data:`MAX_LIT_FILES`); and no file under ``src/`` reads or
+writes a private (underscore) attribute of one of Lightning's objects (:data:`LIGHTNING_OBJECTS`):
+those change in any Lightning release without notice, and the training side reaches Lightning
+through its public hooks and properties (issue 62: a frozen tower's cache was once attached by
+resetting ``trainer.fit_loop._combined_loader``).
 
 The source is read as Python reads it (``ast``), every import statement counted wherever it
 stands: at the top, inside a function (a lazy import is still an import), or under
@@ -30,6 +34,15 @@ SHAPES = "vitbert.shapes"
 SHAPES_NAMED = re.compile(r"\bvitbert[./]shapes\b")  # by dotted name or by folder
 MAX_PARAMETERS = 8  # besides self / cls; __init__ excepted
 MAX_LIT_FILES = 14
+# How the source names Lightning's objects (the trainer, its loops, its strategy, ...): a private
+# attribute read or written through one of these names, or through getattr / setattr, is
+# Lightning's internals. Besides, the attributes a LightningModule keeps of Lightning's own
+# (``self._trainer``), whatever the name of the object they are read from.
+LIGHTNING_OBJECTS = frozenset({
+    "trainer", "fit_loop", "epoch_loop", "val_loop", "validate_loop", "test_loop",
+    "predict_loop", "loop", "loops", "strategy", "accelerator", "precision_plugin",
+    "lightning_module", "pl_module", "checkpoint_connector", "combined_loader"})
+LIGHTNING_PRIVATE = frozenset({"_trainer", "_fabric", "_combined_loader", "_results"})
 
 
 # ----------------------------------------------------------------------------- reading the tree
@@ -229,6 +242,47 @@ def long_signatures(modules: dict[str, Module]) -> list[str]:
     return found
 
 
+def _named(node: ast.AST) -> str | None:
+    """The name an expression ends in: ``trainer`` for ``trainer`` and ``self.trainer``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _touches_lightning_privately(node: ast.AST) -> bool:
+    """Whether ``node`` is ``<Lightning object>._name`` (or any ``x._trainer``), or getattr /
+    setattr / hasattr / delattr of such an attribute."""
+    if isinstance(node, ast.Attribute):
+        obj, name = node.value, node.attr
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+          and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+          and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+          and isinstance(node.args[1].value, str)):
+        obj, name = node.args[0], node.args[1].value
+    else:
+        return False
+    return _private(name) and (_named(obj) in LIGHTNING_OBJECTS or name in LIGHTNING_PRIVATE)
+
+
+def lightning_private_accesses(modules: dict[str, Module]) -> list[str]:
+    """(f) ``module:line expression`` for each read or write, anywhere under src/, of a private
+    attribute of a Lightning object: ``<object>._name`` where the object is named as one of
+    :data:`LIGHTNING_OBJECTS` (``trainer.fit_loop._combined_loader = None``), ``getattr`` /
+    ``setattr`` / ``hasattr`` / ``delattr`` of such an object with a private name, and the
+    attributes of :data:`LIGHTNING_PRIVATE` on anything (``self._trainer``)."""
+    found = []
+    for m in modules.values():
+        hits = [node for node in ast.walk(ast.parse(m.source))
+                if _touches_lightning_privately(node)]
+        hits.sort(key=lambda node: (node.lineno, node.col_offset))
+        found += [f"{m.name}:{node.lineno} {ast.unparse(node)}" for node in hits]
+    return found
+
+
 def py_files(folder: Path) -> list[str]:
     """(e) The ``.py`` files of a folder, subfolders included."""
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.py"))
@@ -280,6 +334,12 @@ def test_no_function_of_the_core_takes_more_than_eight_parameters(tree):
     found = long_signatures(tree)
     assert not found, (f"more than {MAX_PARAMETERS} parameters besides self/cls:\n  "
                        + "\n  ".join(found))
+
+
+def test_no_file_touches_a_private_attribute_of_lightnings_objects(tree):
+    found = lightning_private_accesses(tree)
+    assert not found, ("Lightning's private attributes, read or written (use its public hooks "
+                       "and properties):\n  " + "\n  ".join(found))
 
 
 def test_lit_stays_small():
@@ -402,6 +462,38 @@ class Thing:
         "vitbert.lit.module:5 keywords (9 parameters)",
         "vitbert.lit.module:11 Thing.wide (9 parameters)",
         "vitbert.lit.module:13 Thing.outer.inner (9 parameters)",
+    ]
+
+
+def test_the_lightning_check_finds_private_reads_and_writes_and_allows_the_public():
+    tree = tree_of(
+        data__features=("def attach(trainer, datamodule):\n"
+                        "    datamodule.use_image_features(None)\n"
+                        "    trainer.fit_loop._combined_loader = None\n"),  # a write, via a loop
+        run__checkpoints=("def on_train_start(self, trainer, pl_module):\n"
+                          "    loaders = trainer.fit_loop._combined_loader\n"  # a read
+                          "    return pl_module.trainer.strategy._launcher\n"),
+        lit__module=("class M:\n    def setup(self, stage):\n"
+                     "        return self.trainer.datamodule if self._trainer else None\n"),
+        lit__frozen=("def f(trainer, loop):\n"
+                     "    getattr(trainer, '_results', None)\n"
+                     "    setattr(loop, '_restarting', True)\n"
+                     "    return loop._data_fetcher\n"),
+        cli=("def f(trainer, self, cache):\n"  # public, or not Lightning's: allowed
+             "    trainer.strategy.barrier('features')\n"
+             "    cache._features = None\n"
+             "    self._batch = trainer.train_dataloader\n"
+             "    getattr(trainer, 'datamodule', None)\n"
+             "    return trainer.__class__, trainer.is_global_zero\n"),
+    )
+    assert lightning_private_accesses(tree) == [
+        "vitbert.data.features:3 trainer.fit_loop._combined_loader",
+        "vitbert.run.checkpoints:2 trainer.fit_loop._combined_loader",
+        "vitbert.run.checkpoints:3 pl_module.trainer.strategy._launcher",
+        "vitbert.lit.module:3 self._trainer",
+        "vitbert.lit.frozen:2 getattr(trainer, '_results', None)",
+        "vitbert.lit.frozen:3 setattr(loop, '_restarting', True)",
+        "vitbert.lit.frozen:4 loop._data_fetcher",
     ]
 
 

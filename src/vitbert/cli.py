@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from jsonargparse import set_parsing_settings
+from jsonargparse import ArgumentError, set_parsing_settings
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import LightningCLI
 
@@ -185,9 +185,9 @@ class VitBertCLI(ProjectCLI):
         """A run with ``--ckpt_path`` gets the model settings stored in the checkpoint, over what
         the command line and config said (LightningCLI's rule; the weights and, for ``fit``, the
         optimizer state are the stored model's). For ``fit`` (a resume) a setting that silently
-        did nothing misleads: say which were replaced. A checkpoint whose network settings this
-        version cannot build (an older vitbert's) cannot be rebuilt as its run: say how to use its
-        weights."""
+        did nothing misleads: say which were replaced. A checkpoint whose settings this version
+        does not have (an older vitbert's) cannot be rebuilt as its run: say, in one line, how to
+        use its weights."""
         subcommand = self.config.get("subcommand")
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not path or not Path(path).is_file():
@@ -196,20 +196,22 @@ class VitBertCLI(ProjectCLI):
         hparams.pop("_instantiator", None)
         if not hparams:
             return
+        asked = dict(self.config[subcommand].model.items())  # {"net.image.dim": 64, …}
+        self.parser.exit_on_error = False  # an error here is said in one line, below
         try:
             hparams["net"] = VitBertConfig.from_dict(hparams["net"]).to_dict()
-        except (TypeError, ValueError) as error:  # a setting this version has not, or a value
+            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+        except (TypeError, ValueError, ArgumentError) as error:  # a setting this version has not
             raise CheckpointError(
-                f"--ckpt_path {path}: its network settings are not this vitbert's ({error}), so "
-                f"its run cannot {subcommand} here: start a new run from its weights with "
-                f"--model.init_from {path}") from None
-        asked = dict(self.config[subcommand].model.items())  # {"net.image.dim": 64, …}
-        stored = {subcommand: {"model": hparams}}
-        self.config = self.parser.parse_object(stored, self.config)
+                f"--ckpt_path {path}: its settings are not this vitbert's "
+                f"({str(error).splitlines()[0]}), so its run cannot {subcommand} here: start a new "
+                f"run from its weights with --model.init_from {path}") from None
+        finally:
+            self.parser.exit_on_error = True
         kept = dict(self.config[subcommand].model.items())
-        replaced = [f"model.{key} {_brief(asked[key])} (the checkpoint's: {_brief(kept[key])})"
-                    for key in sorted(asked) if key in kept and not _filled_in(key, asked[key])
-                    and _canonical(asked[key], key) != _canonical(kept[key], key)]
+        replaced = [f"model.{key} {_brief(mine)} (the checkpoint's: {_brief(its)})"
+                    for key, (mine, its) in _aligned(asked, kept).items()
+                    if not _filled_in(key, mine) and _canonical(mine, key) != _canonical(its, key)]
         if subcommand == "fit" and replaced:
             warnings.warn(f"resuming {path} with the settings it "
                           f"was trained with; ignored: {'; '.join(replaced)}. To train with "
@@ -234,6 +236,28 @@ class VitBertCLI(ProjectCLI):
         self._load_weights_only()
         if not self.config_init["fit"].get("ckpt_path") and not self.model.hparams.init_from:
             check_image_weights(self.model.net.config.image.pretrained)  # a fresh run loads it
+
+
+def _aligned(asked: dict, kept: dict) -> dict[str, tuple[object, object]]:
+    """(asked, kept) for each of ``asked``'s settings (dotted keys, as a parsed namespace's items)
+    that ``kept`` holds too. A setting one side leaves unset (None) and the other gives fields
+    of (``freeze_image`` against ``freeze_image.steps``) is compared whole, the fields as a
+    dict."""
+    def fields(tree: dict, key: str) -> dict:
+        return {k[len(key) + 1:]: v for k, v in tree.items() if k.startswith(key + ".")}
+
+    pairs = {}
+    for key in sorted(asked):
+        parts = key.split(".")
+        unset = next((".".join(parts[:n]) for n in range(1, len(parts))
+                      if ".".join(parts[:n]) in kept), None)
+        if key in kept:
+            pairs[key] = (asked[key], kept[key])
+        elif unset is not None:  # the checkpoint's is None where the run asks for fields
+            pairs[unset] = (fields(asked, unset), kept[unset])
+        elif fields(kept, key):  # the run asks for None where the checkpoint holds fields
+            pairs[key] = (asked[key], fields(kept, key))
+    return pairs
 
 
 def _canonical(value: object, key: str = "") -> object:

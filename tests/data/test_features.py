@@ -1,6 +1,9 @@
 """The frozen-tower feature cache: the cached tokens are the tower's output, the text side's loss
 and gradients match running the frozen tower, a new tower (or new photos) means a new cache, and
-a whole fit with ``freeze_image_tower`` trains on features and never moves the tower."""
+a whole fit with ``freeze_image: {part: tower}`` trains on features and never moves the tower.
+
+The files are the data layer's (`vitbert.data.features`); what goes into them, and when, is the
+training side's (`vitbert.lit.frozen`)."""
 
 from __future__ import annotations
 
@@ -11,13 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from vitbert.data.datamodule import CaptionDataModule
-from vitbert.data.features import (
-    BACKBONE_KEY,
-    FEATURES_KEY,
-    build_image_features,
-    compute_dtype,
-    feature_key,
-)
+from vitbert.data.features import BACKBONE_KEY, FEATURES_KEY
+from vitbert.lit.frozen import ImageFreeze, build_image_features, compute_dtype, feature_key
 from vitbert.lit.module import MaskedLMModule
 from vitbert.models import Photos, VitBert, VitBertConfig
 from vitbert.shapes import ShapesSource
@@ -133,29 +131,40 @@ def test_new_tower_weights_or_settings_mean_a_new_cache(datamodule):
 
 
 class BatchKeys(L.Callback):
-    """Records the keys of every training and validation batch."""
+    """Records the keys of every training and validation batch, and the training loader the
+    trainer holds at fit start (before the cache is attached) and at each training batch."""
 
     def __init__(self) -> None:
         self.seen: list[set[str]] = []
+        self.loader_at_start = None
+        self.loaders: list = []
+
+    def on_fit_start(self, trainer, pl_module):
+        self.loader_at_start = trainer.train_dataloader
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.seen.append(set(batch))
+        self.loaders.append(trainer.train_dataloader)
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dl_idx=0):
         self.seen.append(set(batch))
 
 
 # A run bounded by steps alone counts them without a loader; one bounded by epochs has Lightning
-# build the training loader before the fit starts (for the schedule's length), which must then
-# be built again from the cache.
-RUN_LENGTHS = {"steps": {"max_steps": 3}, "epochs": {"max_epochs": 1, "limit_train_batches": 3}}
+# build the training loader before the fit starts (for the schedule's length), before the cache
+# exists, and keep it: that loader must serve the cache (a fit once trained on pixels so).
+# "workers": the same with a worker process, which takes its copy of the data at the first batch.
+RUN_LENGTHS = {"steps": {"max_steps": 3}, "epochs": {"max_epochs": 1, "limit_train_batches": 3},
+               "workers": {"max_epochs": 1, "limit_train_batches": 3}}
 
 
 @pytest.mark.parametrize("length", RUN_LENGTHS)
 def test_fit_with_a_frozen_tower_trains_on_cached_features(datamodule, tmp_path, length):
+    if length == "workers":
+        datamodule.num_workers = 1
     config = tiny_config(datamodule.num_tokens)
     module = MaskedLMModule(net=config, vocab_size=datamodule.num_tokens,
-                            freeze_image_tower=True, num_examples=0)
+                            freeze_image=ImageFreeze("tower"), num_examples=0)
     tower_before = {k: v.clone() for k, v in module.net.image_tower.state_dict().items()}
     spy = BatchKeys()
     trainer = L.Trainer(**RUN_LENGTHS[length], val_check_interval=3, limit_val_batches=1,
@@ -171,14 +180,17 @@ def test_fit_with_a_frozen_tower_trains_on_cached_features(datamodule, tmp_path,
         assert torch.equal(v, tower_before[k]), k
     # Validation ran all three conditions, the another-photo one on other photos' features.
     assert len(seen) == 3 + 2 and any("mismatch" in k for k in trainer.callback_metrics)
+    if length != "steps":  # the loader built before the cache existed is the one that served it
+        assert spy.loader_at_start is not None
+        assert all(loader is spy.loader_at_start for loader in spy.loaders)
 
 
 @pytest.mark.parametrize("pool", [True, False], ids=["pooled", "map"])
 def test_fit_with_a_frozen_cnn_trains_the_rest_of_the_tower_on_its_cached_output(
         datamodule, tmp_path, pool):
-    """``freeze_image_backbone``: the hybrid tower's timm CNN is cached once (its map, or its
-    mean), training reads the cache, the CNN never moves and stays in eval mode, every part after
-    it trains; the loss is the one the tower would give run whole from the pixels."""
+    """``freeze_image: {part: backbone}``: the hybrid tower's timm CNN is cached once (its map,
+    or its mean), training reads the cache, the CNN never moves and stays in eval mode, every part
+    after it trains; the loss is the one the tower would give run whole from the pixels."""
     config = VitBertConfig.from_dict({
         "image": {"kind": "hybrid", "backbone": "resnet10t", "backbone_grid": 1 if pool else None,
                   "image_size": 64, "patch_size": 1, "dim": 16, "depth": 1, "num_heads": 2},
@@ -187,7 +199,7 @@ def test_fit_with_a_frozen_cnn_trains_the_rest_of_the_tower_on_its_cached_output
     datamodule.image_size = 64
     datamodule.train_transform = None  # the loss comparison below reads the pictures as they are
     module = MaskedLMModule(net=config, vocab_size=datamodule.num_tokens,
-                            freeze_image_backbone=True, num_examples=0)
+                            freeze_image=ImageFreeze("backbone"), num_examples=0)
     tower = module.net.image_tower
     backbone_before = {k: v.clone() for k, v in tower.patch_embed.backbone.state_dict().items()}
     rest_before = {k: v.clone() for k, v in tower.state_dict().items()

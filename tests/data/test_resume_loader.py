@@ -57,6 +57,32 @@ def test_resumes_mid_epoch_twice_and_after_an_epoch_end():
     assert _epoch(after_end, 2) == _epoch(reference, 2)
 
 
+
+def test_a_loader_rebuilt_around_lightnings_ddp_sampler_keeps_its_position():
+    """Under DDP Lightning rebuilds the loader with its DistributedSamplerWrapper around ours and
+    the same dataset: the position is saved and restored through the order the dataset keeps
+    (no private attribute of Lightning's wrapper read), and workers get the dataset without it."""
+    import pickle
+
+    from vitbert.data.resume import ResumableLoader
+
+    def rebuilt(loader):  # what Lightning does: our loader's class, its dataset, a wrapped sampler
+        wrapper = DistributedSamplerWrapper(loader.sampler, num_replicas=2, rank=0, shuffle=False)
+        return ResumableLoader(loader.dataset, sampler=wrapper, batch_size=8,
+                               collate_fn=loader.collate_fn)
+
+    first = rebuilt(_loader())
+    first.sampler.set_epoch(1)  # forwarded to ours
+    batches = iter(first)
+    next(batches), next(batches)
+    assert first.state_dict() == {"seed": 7, "epoch": 1, "batches": 2}
+    again = rebuilt(_loader())
+    again.load_state_dict(first.state_dict())
+    assert again.dataset.order.epoch == 1 and again.state_dict()["batches"] == 2
+    assert list(again) == list(batches)  # the rest of rank 0's epoch, as uninterrupted
+    copied = pickle.loads(pickle.dumps(again.dataset))
+    assert copied.order is None and copied[(3, 7, 1)] == {"index": 3, MASK_KEY: (7, 1)}
+
 # ------------------------------------------------------------------------------------------------
 # Grouped by photo (data.group_by_photo): 50 captions of 13 photos, 1 to 5 captions each
 

@@ -95,6 +95,26 @@ def test_lightning_checkpoint_round_trip_keeps_the_tie(trained):
     assert module.tokenizer is not None  # restored from the checkpoint itself
 
 
+def test_a_checkpoint_with_a_setting_this_version_has_not_stops_with_one_line(
+        trained, tmp_path, monkeypatch, capsys):
+    """An older vitbert's module setting (here its freeze setting of before ``freeze_image``):
+    its run cannot be rebuilt, and resuming says so in one line naming ``--model.init_from``."""
+    from vitbert.cli import main
+
+    tmp, _ = trained
+    monkeypatch.chdir(tmp_path)
+    checkpoint = torch.load(tmp / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["hyper_parameters"]["freeze_image_tower_steps"] = 3
+    older = tmp_path / "older.ckpt"
+    torch.save(checkpoint, older)
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--ckpt_path", str(older)])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --ckpt_path {older}: its settings are not this vitbert's")
+    assert "freeze_image_tower_steps" in line and "--model.init_from" in line
+
+
 def test_resume_continues_step_count_and_schedule(trained, tmp_path, monkeypatch):
     tmp, full = trained
     monkeypatch.chdir(tmp_path)
@@ -119,14 +139,14 @@ def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypa
     last = tmp / "run" / "checkpoints" / "last.ckpt"
     without_mlm = objectives("itc", "words", "captions")
     with pytest.warns(UserWarning, match="resuming") as caught:
-        cli = fit(tmp, "--ckpt_path", str(last), "--model.freeze_image_tower_steps", "5",
+        cli = fit(tmp, "--ckpt_path", str(last), "--model.freeze_image.steps", "5",
                   *without_mlm, steps=16, run="resumed")
-    assert cli.model.hparams.freeze_image_tower_steps == 0
+    assert cli.model.hparams.freeze_image is None
     assert [o["class_path"] for o in cli.model.hparams.objectives] == [
         "vitbert.lit.contrastive.Contrastive", "vitbert.lit.objectives.WordDetection",
         "vitbert.lit.objectives.CaptionWriting", "vitbert.lit.objectives.MaskedLM"]
     (message,) = [str(w.message) for w in caught if "resuming" in str(w.message)]
-    assert "model.freeze_image_tower_steps 5 (the checkpoint's: 0)" in message
+    assert "model.freeze_image {'part': 'tower', 'steps': 5} (the checkpoint's: None)" in message
     # Each objective by its class and arguments, not the parser's nested namespaces.
     assert "model.objectives [Contrastive(weight=1.0), WordDetection(weight=10.0), " in message
     assert "MaskedLM(weight=1.0)])" in message and "Namespace" not in message
@@ -216,7 +236,7 @@ def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch, karpat
     ])
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert cli.model.net.config.image_tokens == "pooled"
-    assert cli.model.hparams.freeze_image_tower_steps == 500
+    assert cli.model.hparams.freeze_image == {"part": "tower", "steps": 500}
 
 
 def test_transfer_resamples_image_positions_and_extends_text_positions():

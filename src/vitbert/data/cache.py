@@ -263,6 +263,11 @@ def remove_cache(out: str | Path) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
+def image_array(out: str | Path) -> np.ndarray:
+    """The cache's pictures, (R, 3, S, S) uint8, memory-mapped read-only (row r = photo r)."""
+    return np.load(Path(out) / "images.npy", mmap_mode="r")
+
+
 # ----------------------------------------------------------------------------- reading
 
 
@@ -294,7 +299,7 @@ class CaptionDataset(Dataset):
     @property
     def images(self) -> np.ndarray:
         if self._images is None:
-            self._images = np.load(self.cache_dir / "images.npy", mmap_mode="r")
+            self._images = image_array(self.cache_dir)
         return self._images
 
     def __len__(self) -> int:

@@ -27,7 +27,7 @@ from transformers import PreTrainedTokenizerFast
 
 from .augment import random_resized_crop
 from .cache import SPLITS, DataError
-from .features import ImageFeatures
+from .features import FeatureDataset, ImageFeatures
 from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
 from .sources import DataSource, LoaderOptions
@@ -35,6 +35,34 @@ from .tokenizer import cached_wordpiece, load_tokenizer
 
 # What each stage does with the split it reads (the error when that split is empty says it).
 STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predict": "predict"}
+
+
+class TrainingSplit(Dataset):
+    """The training split as the training loader reads it: each caption with its photo's pixels,
+    or, once the data module
+    is told to use a frozen part's feature cache (:meth:`CaptionDataModule.use_image_features`),
+    with that part's cached output (`vitbert.data.features.FeatureDataset`).
+
+    One object per data module, switched in place: Lightning builds the training loader before
+    the fit starts (to count the schedule's steps) and keeps it, while the cache is built at fit
+    start (`vitbert.lit.frozen`); the loader holds this object, and its worker processes take
+    their copy of it at its first batch, after the switch, so the loader Lightning built serves
+    the cache. (A loader whose persistent workers have already started keeps what they copied.)
+    """
+
+    def __init__(self, captions: Dataset) -> None:
+        self.captions = captions  # the split's CaptionDataset: `captions`, `rows`
+        self.features: FeatureDataset | None = None
+
+    def use(self, features: ImageFeatures | None) -> None:
+        """Serve ``features``' cached rows from now on; None: the pixels again."""
+        self.features = None if features is None else features.wrap(self.captions)
+
+    def __len__(self) -> int:
+        return len(self.captions)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return (self.captions if self.features is None else self.features)[i]
 
 
 def evaluation_mlm_probability(mlm_probability: float,
@@ -148,6 +176,7 @@ class CaptionDataModule(L.LightningDataModule):
         self._tokenizer: PreTrainedTokenizerFast | None = None
         self._datasets: dict[str, Dataset] = {}
         self._image_features: ImageFeatures | None = None
+        self._training: TrainingSplit | None = None  # built with the first training loader
         # vocab_size is only the tokenizer's ceiling; the model's hparam of that name is the real
         # size (num_tokens), and Lightning refuses to log two different values under one key.
         self.save_hyperparameters(ignore=["vocab_size", "source"])
@@ -281,18 +310,31 @@ class CaptionDataModule(L.LightningDataModule):
                            image_transform=self.train_transform if training else None)
 
     def use_image_features(self, features: ImageFeatures | None) -> None:
-        """Loaders created from now on carry a frozen image tower's cached output tokens
-        (`vitbert.data.features`) instead of pixels; None goes back to pixels."""
+        """Serve a frozen part's cached output (`vitbert.data.features`) instead of pixels: the
+        training split switches in place (:class:`TrainingSplit`: the loader built before the
+        fit started serves it too), and evaluation loaders created from now on read it; None
+        goes back to pixels."""
         if features is not None:
             self.check_image_features()
         self._image_features = features
+        if self._training is not None:
+            self._training.use(features)
 
     def check_image_features(self) -> None:
         """Stop with one line when the source keeps no image cache to compute features over."""
         if not self.source.caches_images:
             raise DataError(f"a frozen image tower or backbone caches its output per photo of an "
                             f"image cache, and {type(self.source).__name__} streams photos "
-                            f"without one: use model.freeze_image_tower_steps, or a folder source")
+                            f"without one: freeze it for some steps only (model.freeze_image."
+                            f"steps), or use a folder source")
+
+    def training_split(self) -> TrainingSplit:
+        """The training split as the training loader reads it (one object, switched in place
+        by :meth:`use_image_features`)."""
+        if self._training is None:
+            self._training = TrainingSplit(self.dataset("train"))
+            self._training.use(self._image_features)
+        return self._training
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         if train and self._image_features is None:
@@ -302,16 +344,20 @@ class CaptionDataModule(L.LightningDataModule):
                 image_size=self.image_size, collate_fn=self.collator(deterministic=False)))
             if own is not None:  # a streaming source deals its data to the ranks itself
                 return own
-        dataset = self.dataset(split)
         if train:  # resumes mid-epoch exactly (order, position, masks): see vitbert.data.resume
-            groups = dataset.rows if self.group_by_photo else None  # (captions,) photo rows
-            lengths = ([len(c.split()) for c in dataset.captions] if self.group_by_length
+            dataset: Dataset = self.training_split()
+            captions = self.dataset(split)
+            groups = captions.rows if self.group_by_photo else None  # (captions,) photo rows
+            lengths = ([len(c.split()) for c in captions.captions] if self.group_by_length
                        else None)
             make = functools.partial(resumable_loader, groups=groups, lengths=lengths)
         else:
+            dataset = self.dataset(split)
+            if self._image_features is not None:
+                dataset = self._image_features.wrap(dataset)
             make = eval_loader
         return make(
-            self._image_features.wrap(dataset) if self._image_features else dataset,
+            dataset,
             batch_size=self.batch_size,
             drop_last=False,
             num_workers=self.num_workers,

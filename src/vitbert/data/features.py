@@ -1,117 +1,48 @@
-"""The frozen-part feature cache: what a frozen part of the image tower outputs, computed once
-per photo.
+"""The feature cache's file format and batch keys: what a frozen part of the image tower outputs
+for each photo, stored once, read back instead of run.
 
-A part that never changes during the run gives a photo the same output every epoch, so it is
-computed once and read back instead of run:
+The data layer knows only the files and how a batch carries their rows; what is cached, when,
+and under which key is the training side's (`vitbert.lit.frozen`, which runs the frozen part
+over the image cache at fit start and hands the data module the result,
+`CaptionDataModule.use_image_features`). Two parts may be frozen, each with its batch key:
 
-* ``model.freeze_image_tower: true``: the whole tower (on the Flickr30k model 35 of the 37
-  forward GFLOP of a sample); the cache holds `VitBert.tower_tokens` (P, N, D_img) under the batch
-  key :data:`FEATURES_KEY`, and training runs only the projector and the text side;
-* ``model.freeze_image_backbone: true``: a hybrid tower's CNN (a pretrained EfficientNet, say);
-  the cache holds its feature map (P, C, h, w), or its mean (P, C, 1, 1) with
-  ``image.backbone_grid``, under :data:`BACKBONE_KEY`, and every part after the CNN (projection,
-  blocks, pooling) trains from it (`ViT.forward_backbone_features`).
+* the whole tower: rows (N, D_img), the tower's output tokens, under :data:`FEATURES_KEY`;
+* a hybrid tower's CNN backbone: rows (C, h, w), its feature map (averaged to (C, g, g) with
+  ``image.backbone_grid`` g), under :data:`BACKBONE_KEY`.
 
-The cache lies next to the image cache:
+A feature cache lies next to the image cache it was computed over:
 
     features-<key>.npy   (R, …) float16, row r = photo r of images.npy
-    features-<key>.json  what it was built from; written last, so its presence means "complete"
+    features-<key>.json  what it was built from (the writer's ``about``), its key and shape;
+                         written last, so its presence means "complete"
 
-``key`` hashes the image cache's settings (its source fingerprint and image size), the tower's
-settings the part's output depends on (`ImageTowerConfig`: all of them for the tower; for a
-backbone the CNN's name, pooling, image size, pixel statistics and weights file), the frozen part's
-weights, the part, and the dtypes it was computed and stored in: a change in any of them gives a
-new key and a new cache. The others stay (another run may be reading one) and the build says how
-much room they take.
-
-The part runs in eval mode (no stochastic depth, BatchNorm's running statistics) under
-``inference_mode``, channels-last, and in bf16 where the CPU has bf16 instructions (or on a GPU):
-a frozen part is a fixed function, and these make its one pass several times faster than the
-obvious loop (``scripts/bench.py --sections cache``). Pretrained weights are loaded at fit start,
-so the cache is built in the training module's ``on_fit_start`` (`attach_image_features`), after
-every load and on the training device.
+``key`` names what the rows depend on; a new key is a new pair of files, and the others stay
+(another run may be reading one).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
-from .cache import CaptionDataset, DataError, read_meta
+from .cache import CaptionDataset, DataError
 from .files import atomic_write, temp_path
 
 FEATURES_KEY = "image_features"  # the batch key of a frozen tower's cached output
 BACKBONE_KEY = "backbone_features"  # the batch key of a frozen CNN backbone's cached output
 PARTS = {"tower": FEATURES_KEY, "backbone": BACKBONE_KEY}  # what may be frozen, and its key
-# The tower settings a backbone's output depends on (its width, blocks and pooling come after it).
-BACKBONE_SETTINGS = ("kind", "backbone", "backbone_grid", "hybrid_layers", "image_size",
-                     "in_chans", "mean", "std", "pretrained")
-FEATURES_VERSION = 2
 FEATURE_DTYPE = np.float16
 
 
-# ----------------------------------------------------------------------------- keys
-
-
-def weights_hash(module: torch.nn.Module) -> str:
-    """sha256 of every parameter and persistent buffer (names, dtypes, shapes and bytes)."""
-    h = hashlib.sha256()
-    for name, t in sorted(module.state_dict().items()):
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}\n".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def frozen_module(model: Any, part: str) -> torch.nn.Module:
-    """The module of ``model`` (a `VitBert`) that ``part`` names: its image tower, or that
-    tower's CNN backbone (a hybrid front end's)."""
-    if part == "tower":
-        return model.image_tower
-    backbone = getattr(model.image_tower.patch_embed, "backbone", None)
-    if part != "backbone" or backbone is None:
-        raise DataError(f"cannot cache the {part!r} of a {model.config.image.kind} tower: a "
-                        f"frozen backbone needs image.kind: hybrid")
-    return backbone
-
-
-def compute_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on a GPU or on a CPU with bf16 instructions (oneDNN's), else fp32."""
-    if device.type == "cuda":
-        return torch.bfloat16
-    return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
-
-
-def feature_key(image_cache: str | Path, model: Any, part: str = "tower",
-                dtype: torch.dtype = torch.float32) -> tuple[str, dict[str, Any]]:
-    """(key, what it hashes) for ``part`` of ``model``'s tower (a `VitBert`) over the image
-    cache, computed in ``dtype``."""
-    meta = read_meta(image_cache)
-    if meta is None:
-        raise DataError(f"{image_cache}: no complete image cache (cache.json missing); build it "
-                        f"first (the data module's prepare_data, or scripts/prepare_data.py)")
-    image = asdict(model.config.image)
-    if part == "backbone":  # the CNN's output: the rest of the tower is not in it
-        image = {k: image[k] for k in BACKBONE_SETTINGS}
-    basis = {"version": FEATURES_VERSION, "dtype": np.dtype(FEATURE_DTYPE).name,
-             "compute_dtype": str(dtype).removeprefix("torch."), "part": part,
-             "image_cache": meta["settings"], "tower": image,
-             "image_tokens": model.config.image_tokens if part == "tower" else None,
-             "weights": weights_hash(frozen_module(model, part))}
-    key = hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
-    return key, basis
-
-
-# ----------------------------------------------------------------------------- building
+# ----------------------------------------------------------------------------- the files
 
 
 @dataclass
@@ -130,83 +61,53 @@ class ImageFeatures:
         return FeatureDataset(dataset, self.path, PARTS[self.part])
 
 
-def _paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
+def feature_paths(cache_dir: str | Path, key: str) -> tuple[Path, Path]:
+    """(the .npy, the .json) of the feature cache ``key`` in the image cache ``cache_dir``."""
+    cache_dir = Path(cache_dir)
     return cache_dir / f"features-{key}.npy", cache_dir / f"features-{key}.json"
 
 
-def build_image_features(model: Any, image_cache: str | Path, part: str = "tower",
-                         batch_size: int = 64, progress: bool = True) -> ImageFeatures:
-    """The feature cache of ``part`` of ``model``'s (a `VitBert`) image tower over every photo
-    of the image cache at ``image_cache``, built unless a current one is there; on the model's
-    device (module doc)."""
-    cache_dir = Path(image_cache)
-    device = next(model.parameters()).device
-    dtype = compute_dtype(device)
-    key, basis = feature_key(cache_dir, model, part, dtype)
-    npy, meta = _paths(cache_dir, key)
-    if meta.is_file() and npy.is_file():
-        return ImageFeatures(npy, key, part)
-    images = np.load(cache_dir / "images.npy", mmap_mode="r")  # (R, 3, S, S) uint8
-    module = frozen_module(model, part)
-    tower, was_training = model.image_tower, model.image_tower.training
-    tower.eval().to(memory_format=torch.channels_last)
+def find_image_features(cache_dir: str | Path, key: str, part: str) -> ImageFeatures | None:
+    """The complete feature cache ``key`` of ``part`` in ``cache_dir``, or None."""
+    npy, meta = feature_paths(cache_dir, key)
+    return ImageFeatures(npy, key, part) if meta.is_file() and npy.is_file() else None
+
+
+def other_feature_caches(cache_dir: str | Path, key: str) -> list[Path]:
+    """The .npy files of the feature caches in ``cache_dir`` other than ``key``'s."""
+    npy, _ = feature_paths(cache_dir, key)
+    return [p for p in sorted(Path(cache_dir).glob("features-*.npy")) if p != npy]
+
+
+def write_image_features(cache_dir: str | Path, key: str, part: str,
+                         batches: Iterable[np.ndarray], rows: int,
+                         about: dict[str, Any]) -> ImageFeatures:
+    """Write the feature cache ``key`` of ``part``: ``rows`` rows in all, given in order as
+    ``batches`` of (b, …) arrays (stored as float16), then its .json (``about``, the key and
+    the shape). Atomic: the rows go to a hidden per-process file renamed into place, and the
+    .json comes last, so a reader (or a parallel rank) sees no cache or a complete one."""
+    npy, meta = feature_paths(cache_dir, key)
     tmp = temp_path(npy)  # hidden, per process: a reader of the folder never takes it for a cache
     out: np.ndarray | None = None
+    start = 0
     try:
-        starts = range(0, len(images), batch_size)
-        for start in tqdm(starts, desc=f"image features ({part})", unit="batch",
-                          disable=not progress, leave=False):
-            pixels = torch.from_numpy(np.array(images[start : start + batch_size])).to(device)
-            pixels = pixels.contiguous(memory_format=torch.channels_last)
-            with torch.inference_mode(), torch.autocast(device.type, dtype,
-                                                        enabled=dtype != torch.float32):
-                if module is tower:
-                    features = model.tower_tokens(pixels)  # (b, N, D_img)
-                else:
-                    features = tower.patch_embed.features(tower.normalize(pixels))  # (b, C, h, w)
-            features = features.float().cpu().numpy()
+        for batch in batches:
             if out is None:
                 out = np.lib.format.open_memmap(tmp, mode="w+", dtype=FEATURE_DTYPE,
-                                                shape=(len(images), *features.shape[1:]))
-            out[start : start + len(features)] = features
-        if out is None:
-            raise DataError(f"{cache_dir / 'images.npy'} holds no images; rebuild the cache")
+                                                shape=(rows, *batch.shape[1:]))
+            out[start : start + len(batch)] = batch
+            start += len(batch)
+        if out is None or start != rows:
+            raise DataError(f"{cache_dir}: {start} rows of features for {rows} photos; rebuild "
+                            f"the image cache")
         out.flush()
         shape = list(out.shape)
         del out
         os.replace(tmp, npy)
     finally:
         tmp.unlink(missing_ok=True)
-        tower.train(was_training).to(memory_format=torch.contiguous_format)
-    others = [p for p in cache_dir.glob("features-*.npy") if p != npy]
-    if others and progress:  # another tower's, or other photos': another run may be reading it
-        size = sum(p.stat().st_size for p in others) / 1e9
-        print(f"{cache_dir}: {len(others)} other feature caches ({size:.1f} GB) of other towers "
-              f"or photos stay; delete {cache_dir}/features-* to free them", flush=True)
-    atomic_write(meta, json.dumps({**basis, "key": key, "shape": shape}, indent=2))
+    atomic_write(meta, json.dumps({**about, "key": key, "shape": shape}, indent=2))
     return ImageFeatures(npy, key, part)
-
-
-def attach_image_features(trainer: Any, model: Any, part: str = "tower",
-                          batch_size: int = 64) -> ImageFeatures:
-    """Build (rank zero) or open the feature cache of ``part`` of ``model``'s tower over the
-    trainer's data module's image cache, and switch the data module's loaders to it."""
-    datamodule = getattr(trainer, "datamodule", None)
-    if datamodule is None or not hasattr(datamodule, "use_image_features"):
-        raise DataError(f"model.freeze_image_{part}: true needs vitbert's CaptionDataModule (its "
-                        f"image cache holds the photos whose features are cached); unset it or "
-                        f"train with data: a CaptionDataModule")
-    datamodule.check_image_features()
-    if trainer.is_global_zero:
-        build_image_features(model, datamodule.cache_dir, part, batch_size)
-    trainer.strategy.barrier("image_features")
-    features = build_image_features(model, datamodule.cache_dir, part, batch_size,
-                                    progress=False)
-    datamodule.use_image_features(features)
-    # Lightning built the training loader already, to count the run's steps for the schedule;
-    # it would go on serving pixels: have the fit loop build it again, from the cache.
-    trainer.fit_loop._combined_loader = None
-    return features
 
 
 # ----------------------------------------------------------------------------- reading

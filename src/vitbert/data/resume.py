@@ -154,11 +154,16 @@ class _SkipFirst(Sampler):
 
 
 class EpochTagged(Dataset):
-    """``dataset[index]`` plus its ``mask_key``, for the ``(index, seed, epoch)`` an
-    :class:`EpochShuffle` yields."""
+    """``dataset[index]`` plus its ``mask_key``, for the ``(index, seed, epoch)`` its ``order``
+    (an :class:`EpochShuffle`) yields.
 
-    def __init__(self, dataset: Dataset) -> None:
+    It keeps the order for the loader: Lightning rebuilds a loader under DDP with its own sampler
+    around ours, and hands the rebuilt one this same dataset. Worker processes get it without
+    the order, which they never read."""
+
+    def __init__(self, dataset: Dataset, order: EpochShuffle | None = None) -> None:
         self.dataset = dataset
+        self.order = order
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -166,6 +171,9 @@ class EpochTagged(Dataset):
     def __getitem__(self, key: tuple[int, int, int]) -> dict[str, Any]:
         index, seed, epoch = key
         return {**self.dataset[index], MASK_KEY: (seed, epoch)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "order": None}
 
 
 class ResumableLoader(DataLoader):
@@ -211,8 +219,8 @@ class ResumableLoader(DataLoader):
     @property
     def _epoch_shuffle(self) -> EpochShuffle:
         sampler = self.sampler
-        if not isinstance(sampler, EpochShuffle):  # DDP: Lightning's wrapper keeps ours inside
-            sampler = getattr(getattr(sampler, "dataset", None), "_sampler", None)
+        if not isinstance(sampler, EpochShuffle):  # DDP: Lightning's sampler wraps ours
+            sampler = getattr(self.dataset, "order", None)
         if not isinstance(sampler, EpochShuffle):
             raise TypeError("ResumableLoader needs an EpochShuffle sampler")
         return sampler
@@ -232,7 +240,7 @@ def resumable_loader(dataset: Dataset, seed: int | None = None,
     # The loader's own generator: creating an iterator then draws no number from the global RNG,
     # which the model's dropout reads and the checkpoint restores (vitbert.lit.resume).
     generator = torch.Generator().manual_seed(seed)
-    return ResumableLoader(EpochTagged(dataset), sampler=sampler, generator=generator,
+    return ResumableLoader(EpochTagged(dataset, sampler), sampler=sampler, generator=generator,
                            **loader_args)
 
 

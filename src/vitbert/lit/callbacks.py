@@ -1,6 +1,5 @@
-"""The training module's callbacks: example predictions at each validation, and the image tower
-held still.
-"""
+"""The training module's example predictions at each validation (the image tower held still is
+`vitbert.lit.frozen`'s)."""
 
 from __future__ import annotations
 
@@ -52,31 +51,3 @@ def format_examples(records: list[dict[str, Any]], step: int) -> str:
                          + "  |  ".join(readings))
     return "\n".join(lines)
 
-
-class FrozenImageTower(L.Callback):
-    """Keeps the image tower, or its CNN backbone, fixed: for the first ``steps`` optimiser steps,
-    or, ``frozen`` ("tower" or "backbone"), for the whole run.
-
-    The first lets a fresh projector and text tower settle before a pretrained tower is moved.
-    The second makes the part a fixed function of the photo, so its output is computed once per
-    photo into the feature cache (``vitbert.data.features``) at fit start, after every weight
-    load (pretrained, fine-tune, resume), and training never runs it; a frozen backbone stays in
-    eval mode (its BatchNorm statistics are the pretrained ones) wherever it does run.
-    """
-
-    def __init__(self, steps: int = 0, frozen: str | None = None) -> None:
-        super().__init__()
-        self.steps, self.frozen = steps, frozen
-
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.frozen:
-            from vitbert.data.features import attach_image_features
-
-            attach_image_features(trainer, pl_module.net, self.frozen)
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, *args) -> None:
-        tower = pl_module.net.image_tower
-        if self.steps and self.frozen != "tower":
-            tower.requires_grad_(trainer.global_step >= self.steps)
-        if self.frozen == "backbone":
-            tower.patch_embed.backbone.requires_grad_(False).eval()

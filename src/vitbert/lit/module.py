@@ -18,8 +18,9 @@ from torch import Tensor, nn
 from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
 from vitbert.io import TOKENIZER_KEY, initialize, stored_tokenizer
-from vitbert.lit.callbacks import ExamplePredictions, FrozenImageTower
+from vitbert.lit.callbacks import ExamplePredictions
 from vitbert.lit.conditions import read
+from vitbert.lit.frozen import FrozenImageTower, ImageFreeze, frozen_module, image_freeze
 from vitbert.lit.metrics import MaskedLMMetrics
 from vitbert.lit.objectives import (
     Batch,
@@ -47,14 +48,11 @@ class MaskedLMModule(L.LightningModule):
         init_from: a checkpoint (``.ckpt``) or exported folder to start from, weights only (heads
             included): a fresh optimizer and schedule (fine-tuning). Word rows are matched by
             token text, so the vocabulary may differ. Ignored when resuming (``--ckpt_path``).
-        freeze_image_tower_steps: keep the image tower fixed for the first N optimiser steps
-            (lets a fresh projector and text tower settle before a pretrained tower is moved).
-        freeze_image_tower: keep the image tower fixed for the whole run; its output per photo is
-            computed once into a feature cache (`vitbert.data.features`).
-        freeze_image_backbone: keep a hybrid tower's CNN (``image.backbone``) fixed for the whole
-            run, in eval mode; its feature map per photo (its mean, with
-            ``image.backbone_grid``) is computed once into the feature cache, and every part after
-            it (projection, blocks, pooling) trains.
+        freeze_image: which part of the image tower is held fixed, and for how long:
+            ``{part: tower | backbone, steps: N | null}``, the whole tower or a hybrid tower's
+            CNN, for its first N optimiser steps or (null) the whole run, its output per photo
+            then computed once into a feature cache; unset, nothing is.
+            ``--model.freeze_image.help`` explains each field (`vitbert.lit.frozen`).
         num_examples: example predictions printed at each validation.
     """
 
@@ -62,8 +60,7 @@ class MaskedLMModule(L.LightningModule):
                  objectives: list[Objective] | None = None,
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  vocab_size: int = 0, pad_token_id: int = 0, init_from: str | None = None,
-                 freeze_image_tower_steps: int = 0, freeze_image_tower: bool = False,
-                 freeze_image_backbone: bool = False, num_examples: int = 3) -> None:
+                 freeze_image: ImageFreeze | None = None, num_examples: int = 3) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -76,19 +73,17 @@ class MaskedLMModule(L.LightningModule):
             raise ConfigError(f"model.objectives lists one objective twice ({', '.join(names)}): "
                               f"give each once, with the weight it should have")
         # Plain values only (a checkpoint loads with weights_only=True): configs as dicts.
-        self.save_hyperparameters(ignore=["net", "optimizer", "objectives"])
+        self.freeze_image = freeze = image_freeze(freeze_image)  # a checkpoint holds a dict
+        self.save_hyperparameters(ignore=["net", "optimizer", "objectives", "freeze_image"])
         self.hparams.update(net=net.to_dict(), vocab_size=net.vocab_size,
                             pad_token_id=net.pad_token_id, optimizer=dataclasses.asdict(optimizer),
-                            objectives=[o.settings() for o in self.objectives])
+                            objectives=[o.settings() for o in self.objectives],
+                            freeze_image=dataclasses.asdict(freeze) if freeze else None)
         self.net = build_network(net)
-        self.net.image_tower.requires_grad_(not freeze_image_tower)
-        if freeze_image_backbone:
-            backbone = getattr(self.net.image_tower.patch_embed, "backbone", None)
-            if backbone is None:
-                raise ConfigError(f"model.freeze_image_backbone freezes a hybrid tower's CNN, and "
-                                  f"this tower ({net.image.kind}) has none: set "
-                                  f"image.kind: hybrid (with image.backbone), or unset it")
-            backbone.requires_grad_(False)
+        if freeze is not None:  # a part there is none of stops here, before any fit
+            frozen = frozen_module(self.net, freeze.part)
+            if freeze.whole_run:  # else FrozenImageTower holds it for its steps
+                frozen.requires_grad_(False)
         # The objectives' heads are the module's own, under the names checkpoints keep them by.
         self.heads: dict[str, nn.Module] = {}
         for objective in self.objectives:
@@ -101,7 +96,7 @@ class MaskedLMModule(L.LightningModule):
         self.trained_steps = 0  # the step a loaded checkpoint was trained to
 
     def setup(self, stage: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        datamodule = self.trainer.datamodule  # setup is called by the trainer
         if datamodule is not None and getattr(datamodule, "tokenizer", None) is not None:
             self.tokenizer = datamodule.tokenizer
         if stage == "fit" and self.trainer.ckpt_path is None:  # a fresh run, not a resume
@@ -110,11 +105,9 @@ class MaskedLMModule(L.LightningModule):
                 print(report)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        hp = self.hparams
-        frozen = ("tower" if hp.freeze_image_tower
-                  else "backbone" if hp.get("freeze_image_backbone") else None)
-        freezing = FrozenImageTower(hp.freeze_image_tower_steps, frozen)
-        return [freezing] + ([ExamplePredictions(hp.num_examples)] if hp.num_examples else [])
+        examples = self.hparams.num_examples
+        return ([FrozenImageTower(self.freeze_image)]
+                + ([ExamplePredictions(examples)] if examples else []))
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         claimed_by = next((o for o in self.objectives if o.claims_batch()), None)

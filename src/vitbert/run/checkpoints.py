@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -226,9 +227,8 @@ class ResumeState(L.Callback):
         # states are then dropped (Lightning-AI/pytorch-lightning#20550). Apply them here, before
         # the first batch is drawn (a ResumableLoader starts its epoch lazily, on that draw).
         states, self._loader_states = self._loader_states, []
-        loaders = trainer.fit_loop._combined_loader
-        flattened = loaders.flattened if loaders is not None else []
-        stateful = [dl for dl in flattened if hasattr(dl, "load_state_dict")]
+        stateful = [dl for dl in _flattened(trainer.train_dataloader)
+                    if hasattr(dl, "load_state_dict")]
         if states and len(states) == len(stateful):
             for dl, state in zip(stateful, states, strict=True):
                 dl.load_state_dict(state)
@@ -248,6 +248,18 @@ class ResumeState(L.Callback):
         path = _save_last(trainer)
         rank_zero_warn(f"SIGTERM received: wrote {path}; resume with --ckpt_path {path}")
         raise SIGTERMException  # a SystemExit with status 0, as Lightning ends on SIGTERM
+
+
+def _flattened(loaders: Any) -> list[Any]:
+    """The loaders of ``trainer.train_dataloader`` (one, or a list or dict of them, nested), in
+    the order Lightning's combined loader keeps their states."""
+    if loaders is None:
+        return []
+    if isinstance(loaders, Mapping):
+        return [dl for value in loaders.values() for dl in _flattened(value)]
+    if isinstance(loaders, list | tuple):
+        return [dl for item in loaders for dl in _flattened(item)]
+    return [loaders]
 
 
 def _save_last(trainer: L.Trainer) -> Path:

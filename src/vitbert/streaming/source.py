@@ -21,7 +21,8 @@ datasets and training loader, so nothing is decoded ahead and nothing needs one 
 ``shards`` is a local folder or a cloud URL (``s3://bucket/prefix``): litdata downloads chunks
 into ``cache_dir`` as they are needed (``max_cache_size`` at most) and the small files
 (shards.json, tokenizer.json) are fetched there once. What streaming cannot serve says so: the
-frozen-tower feature cache (``model.freeze_image_tower``) needs every photo's pixels on one disk.
+frozen-tower feature cache (``model.freeze_image`` for the whole run) needs every photo's pixels
+on one disk.
 """
 
 from __future__ import annotations
