@@ -28,9 +28,9 @@ from benchmarks.flops import num_image_tokens, reference_step_flops, vitbert_ste
 from benchmarks.reference import ReferenceModel
 from vitbert.data.features import IMAGE_INDEX
 from vitbert.data.masking import IGNORE_INDEX
-from vitbert.lit.objectives import masked_lm_loss, tower_output
+from vitbert.lit.objectives import image_features, masked_lm_loss
 from vitbert.lit.optim import OptimizerConfig, build_optimizer, parameter_groups
-from vitbert.models import Photos, VitBertConfig, build_network
+from vitbert.models import VitBertConfig, build_network
 
 Batch = dict[str, Tensor]
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
@@ -168,11 +168,11 @@ def _cycle(n: int) -> Iterator[int]:
 def vitbert_loss(model: nn.Module, batch: Batch, full_logits: bool = False) -> Tensor:
     """The training loss (:func:`vitbert.lit.objectives.masked_lm_loss`), or, for the lever,
     logits at every word position and CE with ``ignore_index``."""
-    tower = tower_output(model, batch)  # the tower on the pixels, or a frozen tower's features
+    features = image_features(model, batch)  # from the pixels, or a frozen tower's cache
     if not full_logits:
-        return masked_lm_loss(model, batch, tower)
-    logits = model(batch["input_ids"], batch["attention_mask"],
-                   Photos(tower, batch.get(IMAGE_INDEX)))
+        return masked_lm_loss(model, batch, features)
+    logits = model(batch["input_ids"], batch["attention_mask"], features,
+                   batch.get(IMAGE_INDEX))
     return F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(),
                            ignore_index=IGNORE_INDEX)
 

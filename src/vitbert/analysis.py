@@ -161,13 +161,13 @@ def read_split(ckpt: str | Path, split: str = "val", root: str | None = None,
         if not has_other.any():
             continue
         batch = select_captions(batch, has_other)
-        tower = model.tower_tokens(batch["images"])  # (P, N, D_img)
+        features = model.image_features(batch["images"])  # (P, N, D_img)
         ids = batch["input_ids"]  # (B', T)
         targets_at = batch["labels"] != IGNORE_INDEX  # (B', T)
         truth = batch["labels"][targets_at]  # (M,)
         for condition, name in ((WITH_PHOTO, "with"), (ANOTHER_PHOTO, "another"),
                                 (TEXT_ONLY, "text")):
-            shown, _ = condition.view(batch, tower)  # the module's own readings of the batch
+            shown, _ = condition.view(batch, features)  # the module's own readings of the batch
             logits = masked_logits(model, batch, shown).float()  # (M, V)
             p_true = logits.softmax(-1).gather(1, truth[:, None])[:, 0]  # (M,)
             top = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1).indices  # (M, 5)

@@ -235,7 +235,7 @@ class FillMask:
         batch = self._encode([text])
         pixels = load_image(image, self.image_size)  # (3, S, S)
         _, attention = self.model(batch["input_ids"], batch["attention_mask"],
-                                  self.model.photos(pixels[None].to(self.device)),
+                                  self.model.image_features(pixels[None].to(self.device)),
                                   return_attention=True)
         num_layers = len(attention)
         if not -num_layers <= layer < num_layers:
@@ -293,9 +293,9 @@ class FillMask:
         input_ids = batch["input_ids"]  # (B, T)
         target_mask = input_ids == self.mask_token_id  # (B, T)
         pixels, visible = self._images(images)
-        photos = None if pixels is None else self.model.photos(pixels, visible=visible)
-        logits = self.model(input_ids, batch["attention_mask"], photos,
-                            target_mask=target_mask)  # (M, V)
+        features = None if pixels is None else self.model.image_features(pixels)
+        logits = self.model(input_ids, batch["attention_mask"], features,
+                            target_mask=target_mask, image_visible=visible)  # (M, V)
         guessed = guesses(logits, top_k, self.tokenizer)  # (M, k), reading order, text after text
         if sequence:  # the pipeline's "sequence": the text with this guess in its [MASK]
             lengths = batch["attention_mask"].sum(dim=1).tolist()

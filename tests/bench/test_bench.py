@@ -76,7 +76,7 @@ def test_model_flops_match_torch_counter(image_tokens, masked_only, hue_dim, loo
     f = flops.vitbert_step_flops(config, 3, T, M if masked_only else None)
     assert ("lookup" in f.forward) == (lookup_heads > 0)
     total = counted(lambda: model(batch["input_ids"], batch["attention_mask"],
-                                  model.photos(batch["images"]),
+                                  model.image_features(batch["images"]),
                                   target_mask=target if masked_only else None))
     assert total == f.forward_total
 
@@ -91,7 +91,7 @@ def test_flops_count_each_distinct_photo_once():
     assert f.forward_total < flops.vitbert_step_flops(config, 3, T, M).forward_total
     index = torch.tensor([0, 1, 0])
     assert counted(lambda: model(batch["input_ids"], batch["attention_mask"],
-                                 model.photos(batch["images"][:2], index),
+                                 model.image_features(batch["images"][:2]), index,
                                  target_mask=target)) == f.forward_total
 
 
@@ -105,7 +105,7 @@ def test_vit_kind_flops_match_torch_counter():
     target = batch["labels"] != -100
     f = flops.vitbert_step_flops(config, 2, batch["input_ids"].shape[1], int(target.sum()))
     assert counted(lambda: model(batch["input_ids"], batch["attention_mask"],
-                                 model.photos(batch["images"]),
+                                 model.image_features(batch["images"]),
                                  target_mask=target)) == f.forward_total
 
 
@@ -151,7 +151,7 @@ def test_fixed_padding_keeps_the_loss():
     assert padded["input_ids"].shape[1] == 12
 
     def logits(b):
-        return model(b["input_ids"], b["attention_mask"], model.photos(b["images"]),
+        return model(b["input_ids"], b["attention_mask"], model.image_features(b["images"]),
                      target_mask=b["labels"] != -100)
 
     torch.testing.assert_close(logits(padded), logits(batch), atol=1e-5, rtol=1e-5)

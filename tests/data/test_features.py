@@ -17,7 +17,7 @@ from vitbert.data.datamodule import CaptionDataModule
 from vitbert.data.features import BACKBONE_KEY, FEATURES_KEY
 from vitbert.lit.frozen import ImageFreeze, build_image_features, compute_dtype, feature_key
 from vitbert.lit.module import MaskedLMModule
-from vitbert.models import Photos, VitBert, VitBertConfig
+from vitbert.models import VitBert, VitBertConfig
 from vitbert.shapes import ShapesSource
 
 IMAGE_SIZE = 16
@@ -58,7 +58,7 @@ def test_cached_rows_are_the_towers_output(datamodule, image_tokens):
     model.image_tower.eval()
     dtype = compute_dtype(torch.device("cpu"))  # bf16 where the CPU has it, as the build ran
     with torch.no_grad(), torch.autocast("cpu", dtype, enabled=dtype != torch.float32):
-        expected = model.tower_tokens(pixels).float()  # (R, N, D_img)
+        expected = model.image_features(pixels).float()  # (R, N, D_img)
     assert cached.dtype == np.float16 and cached.shape == tuple(expected.shape)
     assert cached.shape[1] == (1 if image_tokens == "pooled" else (IMAGE_SIZE // 4) ** 2)
     torch.testing.assert_close(torch.from_numpy(np.array(cached)).float(), expected,
@@ -80,11 +80,12 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
     assert torch.equal(pixel_batch["index"], feature_batch["index"])
     assert torch.equal(pixel_batch["input_ids"], feature_batch["input_ids"])
 
-    def loss_and_grads(photos: Photos):
+    def loss_and_grads(features: torch.Tensor, index: torch.Tensor):
         model.zero_grad(set_to_none=True)
         b = pixel_batch
         targets_at = b["labels"] != -100
-        logits = model(b["input_ids"], b["attention_mask"], photos, target_mask=targets_at)
+        logits = model(b["input_ids"], b["attention_mask"], features, index,
+                       target_mask=targets_at)
         loss = F.cross_entropy(logits, b["labels"][targets_at])
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
@@ -92,9 +93,9 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
 
     index = pixel_batch["image_index"]  # (B,): each photo is stacked once
     assert torch.equal(feature_batch["image_index"], index)
-    loss_pixels, grads_pixels = loss_and_grads(model.photos(pixel_batch["images"], index))
+    loss_pixels, grads_pixels = loss_and_grads(model.image_features(pixel_batch["images"]), index)
     # Cached features (fp16) are the tower's output as it is: wrapped, not run again.
-    loss_cached, grads_cached = loss_and_grads(Photos(feature_batch[FEATURES_KEY], index))
+    loss_cached, grads_cached = loss_and_grads(feature_batch[FEATURES_KEY], index)
     assert not any(n.startswith("image_tower") for n in grads_pixels)
     assert grads_pixels.keys() == grads_cached.keys()
     assert any(n.startswith("projector") for n in grads_cached)
@@ -103,9 +104,9 @@ def test_text_side_loss_and_gradients_match_the_frozen_tower(datamodule):
         torch.testing.assert_close(grads_cached[name], g, rtol=2e-2, atol=1e-4, msg=name)
     # The other photo's features give another answer: the features are per photo.
     other = model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
-                  Photos(feature_batch[FEATURES_KEY].roll(1, 0), index))
+                  feature_batch[FEATURES_KEY].roll(1, 0), index)
     same = model(pixel_batch["input_ids"], pixel_batch["attention_mask"],
-                 Photos(feature_batch[FEATURES_KEY], index))
+                 feature_batch[FEATURES_KEY], index)
     assert not torch.allclose(other, same)
 
 
@@ -230,8 +231,8 @@ def test_fit_with_a_frozen_cnn_trains_the_rest_of_the_tower_on_its_cached_output
         stored = torch.from_numpy(np.array(cached[rows.numpy()])).float()
         similarity = F.cosine_similarity(stored.flatten(1), features.flatten(1), dim=1)
         assert similarity.min() > 0.999
-        torch.testing.assert_close(module.net.tower_tokens_from_backbone(features),
-                                   module.net.tower_tokens(batch["images"]))
+        torch.testing.assert_close(module.net.image_features_from_backbone(features),
+                                   module.net.image_features(batch["images"]))
 
 
 def test_a_frozen_cnns_cache_is_keyed_by_what_its_output_depends_on(datamodule):

@@ -194,7 +194,7 @@ def alone(net, caption: Generated, photo: Tensor, tokens: CaptionTokens
         hidden[0, position] = tokens.mask
         target = torch.zeros_like(keep)
         target[0, position] = True
-        logits = net(hidden, keep, net.photos(photo[None]), target_mask=target)  # (1, V)
+        logits = net(hidden, keep, net.image_features(photo[None]), target_mask=target)  # (1, V)
         likelihood += logits.log_softmax(-1)[0, ids[0, position]].item()
     return similarity, likelihood
 

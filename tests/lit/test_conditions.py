@@ -19,20 +19,21 @@ from vitbert.lit.conditions import (
 
 
 class Recorder:
-    """A stand-in network: records the Photos of each reading (None: text only) and returns
-    logits of the right shape (one row per target)."""
+    """A stand-in network: records the image features and index of each reading (None: text
+    only) and returns logits of the right shape (one row per target)."""
 
     def __init__(self) -> None:
         self.seen = []
 
-    def __call__(self, input_ids, attention_mask, photos=None, target_mask=None, **_):
-        self.seen.append(photos)
+    def __call__(self, input_ids, attention_mask, image_features=None, image_index=None,
+                 target_mask=None, **_):
+        self.seen.append(None if image_features is None else (image_features, image_index))
         return torch.zeros(int(target_mask.sum()), 4)
 
     def shown(self, k: int) -> torch.Tensor:
         """The pixels (here: the image id) each caption of reading ``k`` sees."""
-        photos = self.seen[k]
-        return photos.tokens if photos.index is None else photos.tokens[photos.index]
+        features, index = self.seen[k]
+        return features if index is None else features[index]
 
 
 def test_conditions_are_declared_once_with_distinct_names():
@@ -117,7 +118,7 @@ def test_the_model_sees_the_other_images_photo():
     assert net.shown(1).shape == batch["images"].shape
     another = net.shown(1)[:, 0, 0, 0]  # the pixel is the image id of the photo shown
     assert (another != image_ids.to(torch.uint8)).all()
-    assert net.seen[0].tokens is batch["images"] and net.seen[2] is None
+    assert net.seen[0][0] is batch["images"] and net.seen[2] is None
     assert readings[ANOTHER_PHOTO][1].all()
 
 

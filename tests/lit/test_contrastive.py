@@ -14,7 +14,7 @@ from steps import training_step
 
 from vitbert.lit.contrastive import Contrastive, contrastive_loss, distinct_photos
 from vitbert.lit.module import MaskedLMModule
-from vitbert.lit.objectives import MaskedLM, TrainingStep, original_caption, tower_output
+from vitbert.lit.objectives import MaskedLM, TrainingStep, image_features, original_caption
 from vitbert.models import VitBert
 
 
@@ -95,7 +95,7 @@ def test_the_same_loss_whether_photos_come_once_or_per_caption():
 
 def itc_loss(net, batch):
     """The contrastive objective's loss on ``batch``, its tower run once."""
-    return Contrastive()(net, TrainingStep(batch, tower_output(net, batch), MASK))
+    return Contrastive()(net, TrainingStep(batch, image_features(net, batch), MASK))
 
 
 def _itc_config(dim: int = 16):

@@ -95,13 +95,13 @@ def test_the_step_runs_the_tower_once_and_sums_each_weight_times_its_loss():
     assert sizes == [4], "one tower pass over the batch's 4 photos, whatever the objectives"
     with torch.no_grad():
         # Masked words: each caption with its own copy of its photo, log-softmax at the targets.
-        photos = net.photos(batch["images"][batch[IMAGE_INDEX]])
+        photos = net.image_features(batch["images"][batch[IMAGE_INDEX]])
         logits = net(batch["input_ids"], batch["attention_mask"], photos)  # (B, T, V)
         targets = (batch["labels"] != IGNORE_INDEX).nonzero().tolist()
         mlm = -sum(logits[b, t].log_softmax(-1)[batch["labels"][b, t]] for b, t in targets)
         mlm = mlm / len(targets)
         # Word detection: photo p's captions name word 10 + p only, so its target is one-hot.
-        words = head(net.tower_tokens(batch["images"])).log_softmax(-1)  # (P, V)
+        words = head(net.image_features(batch["images"])).log_softmax(-1)  # (P, V)
         detection = -sum(words[p, 10 + p] for p in range(4)) / 4
     assert set(parts) == {"train/loss", "train/word_loss"}
     assert parts["train/loss"].item() == pytest.approx(mlm.item(), rel=1e-5)
@@ -127,9 +127,9 @@ def test_a_claimed_batch_is_skipped_by_masked_lm_and_trained_to_write():
     torch.manual_seed(3)
     torch.rand(())  # the claim's draw
     remasked = seq2seq_batch(batch, MASK)  # the same re-masking as the step's
-    tower = net.tower_tokens(batch["images"])
+    tower = net.image_features(batch["images"])
     with torch.no_grad():
-        photos = net.photos(batch["images"][batch[IMAGE_INDEX]])
+        photos = net.image_features(batch["images"][batch[IMAGE_INDEX]])
         targets = remasked["labels"] != IGNORE_INDEX
         logits = net(remasked["input_ids"], remasked["attention_mask"], photos,
                      mode="seq2seq")[targets]
@@ -227,7 +227,7 @@ def test_the_loss_is_the_drawn_objectives_bit_for_bit():
     for seed in range(4):  # with the generation objective drawn or not
         torch.manual_seed(seed)
         writes = bool(torch.rand(()) < 0.5)
-        tower = net.tower_tokens(batch["images"])
+        tower = net.image_features(batch["images"])
         if writes:
             expected = masked_lm_loss(net, seq2seq_batch(batch, MASK), tower, mode="seq2seq")
         else:

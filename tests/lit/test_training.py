@@ -79,8 +79,8 @@ def test_checkpoint_is_plain_and_carries_tokenizer(trained):
     ids = torch.tensor([tokenizer("a red circle left of a blue square")["input_ids"]])
     mask = torch.ones_like(ids, dtype=torch.bool)
     images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)
-    torch.testing.assert_close(model(ids, mask, model.photos(images)),
-                               net(ids, mask, net.photos(images)))
+    torch.testing.assert_close(model(ids, mask, model.image_features(images)),
+                               net(ids, mask, net.image_features(images)))
 
 
 def test_lightning_checkpoint_round_trip_keeps_the_tie(trained):
@@ -283,8 +283,8 @@ def test_export_round_trip_gives_identical_outputs(trained, tmp_path):
     ids = torch.tensor([tokenizer("a large green cross above a small red diamond")["input_ids"]])
     mask = torch.ones_like(ids, dtype=torch.bool)
     images = torch.randint(0, 256, (1, 3, 32, 32), dtype=torch.uint8)
-    torch.testing.assert_close(exported(ids, mask, exported.photos(images)),
-                               original(ids, mask, original.photos(images)), atol=0, rtol=0)
+    torch.testing.assert_close(exported(ids, mask, exported.image_features(images)),
+                               original(ids, mask, original.image_features(images)), atol=0, rtol=0)
     # Not a checkpoint: a clear error and exit code 2, nothing written.
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
     out = tmp_path / "never"

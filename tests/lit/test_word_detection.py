@@ -15,8 +15,8 @@ from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import (
     MaskedLM,
     WordDetection,
+    image_features,
     masked_lm_loss,
-    tower_output,
     word_detection_loss,
 )
 from vitbert.lit.optim import OptimizerConfig, parameter_groups
@@ -89,14 +89,14 @@ def test_the_detector_learns_each_photos_colour_from_its_pixels_alone(tok):
     batch = MLMCollator(tok)(photo_items())
     optimizer = torch.optim.AdamW([*net.image_tower.parameters(), *head.parameters()], lr=3e-3)
     for _ in range(100):
-        loss = word_detection_loss(head, batch, tower_output(net, batch))
+        loss = word_detection_loss(head, batch, image_features(net, batch))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     colour_ids = [tok.convert_tokens_to_ids(colour) for colour in PIXELS]
     assert tok.unk_token_id not in colour_ids
     with torch.no_grad():
-        logits = head(tower_output(net, batch))  # (P, V)
+        logits = head(image_features(net, batch))  # (P, V)
     scores = logits[:, colour_ids]  # (P, colours)
     assert scores.argmax(dim=1).tolist() == list(range(len(PIXELS))), scores
     # Every caption holds one colour among ~10 content pieces: the photo's own gets about 1/10.
@@ -116,7 +116,7 @@ def test_the_training_loss_adds_the_weighted_word_loss_with_one_tower_pass(tok):
     assert sizes == [len(PIXELS)], "the MLM pass reuses the tower's output"
     assert set(parts) == {"train/loss", "train/word_loss"}
     torch.testing.assert_close(loss, parts["train/loss"] + 0.3 * parts["train/word_loss"])
-    tower = net.tower_tokens(batch["images"])
+    tower = net.image_features(batch["images"])
     torch.testing.assert_close(parts["train/loss"], masked_lm_loss(net, batch, tower))
     torch.testing.assert_close(parts["train/word_loss"], word_detection_loss(head, batch, tower))
     assert batch[IMAGE_INDEX].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]

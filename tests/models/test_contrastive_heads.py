@@ -60,7 +60,7 @@ def test_image_side_is_the_towers_mean_pool(tiny_config, batch, image_tokens):
     expected = torch.nn.functional.normalize(model.itc.image_proj(pooled), dim=-1)
     torch.testing.assert_close(model.embed_images(images), expected)
     # Training reads the tower's output once and embeds from it: the same vectors.
-    torch.testing.assert_close(model.embed_image_tokens(model.tower_tokens(images)), expected)
+    torch.testing.assert_close(model.embed_image_features(model.image_features(images)), expected)
 
 
 def test_temperature_is_clamped_and_learned(tiny_config, batch):

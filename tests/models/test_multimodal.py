@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from vitbert.io import load_network, write_exported
-from vitbert.models import Photos, VitBert
+from vitbert.models import VitBert
 
 
 def _tied(model: VitBert) -> bool:
@@ -47,8 +47,8 @@ def test_save_pretrained_round_trip(tmp_path, model, batch):
     assert _tied(loaded)
     assert loaded.config == model.config
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids, attention_mask, loaded.photos(images)),
-                                   model(input_ids, attention_mask, model.photos(images)),
+        torch.testing.assert_close(loaded(input_ids, attention_mask, loaded.image_features(images)),
+                                   model(input_ids, attention_mask, model.image_features(images)),
                                    rtol=0, atol=0)
 
 
@@ -63,8 +63,8 @@ def test_from_pretrained_never_loads_timm_weights(tmp_path, tiny_config):
 def test_the_photo_changes_the_logits_at_the_mask(model, batch):
     input_ids, attention_mask, images, target_mask = batch
     with torch.no_grad():
-        a = model(input_ids, attention_mask, model.photos(images), target_mask=target_mask)
-        b = model(input_ids, attention_mask, model.photos(images.flip(0)),
+        a = model(input_ids, attention_mask, model.image_features(images), target_mask=target_mask)
+        b = model(input_ids, attention_mask, model.image_features(images.flip(0)),
                   target_mask=target_mask)
     assert a.shape == (3, 50)
     assert (a - b).abs().max() > 1e-4
@@ -75,15 +75,17 @@ def test_no_image_equals_image_blocked(model, batch):
     blocked = torch.zeros(2, model.num_image_tokens, dtype=torch.bool)
     with torch.no_grad():
         without = model(input_ids, attention_mask)
-        hidden = model(input_ids, attention_mask, model.photos(images, visible=blocked))
+        hidden = model(input_ids, attention_mask, model.image_features(images),
+                       image_visible=blocked)
     torch.testing.assert_close(hidden, without, atol=1e-5, rtol=1e-5)
 
 
 def test_sparse_logits_equal_full_logits_gathered(model, batch):
     input_ids, attention_mask, images, target_mask = batch
     with torch.no_grad():
-        full = model(input_ids, attention_mask, model.photos(images))
-        sparse = model(input_ids, attention_mask, model.photos(images), target_mask=target_mask)
+        full = model(input_ids, attention_mask, model.image_features(images))
+        sparse = model(input_ids, attention_mask, model.image_features(images),
+                       target_mask=target_mask)
     assert full.shape == (2, 7, 50)
     torch.testing.assert_close(sparse, full[target_mask], atol=1e-6, rtol=1e-5)
 
@@ -93,15 +95,16 @@ def test_pooled_and_patch_image_tokens(image_tokens, n, batch, tiny_config):
     input_ids, attention_mask, images, _ = batch
     model = VitBert(tiny_config(image_tokens=image_tokens, projector_norm=True)).eval()
     assert model.num_image_tokens == n
-    assert model.image_tokens(model.photos(images)).shape == (2, n, 24)
-    logits, attention = model(input_ids, attention_mask, model.photos(images),
+    assert model.image_tokens(model.image_features(images)).shape == (2, n, 24)
+    logits, attention = model(input_ids, attention_mask, model.image_features(images),
                               return_attention=True)
     assert logits.shape == (2, 7, 50)
     assert len(attention) == 2 and attention[0].shape == (2, 2, n + 7, n + 7)
     # Padded words are never attended to; blocked image tokens neither.
     visible = torch.ones(2, n, dtype=torch.bool)
     visible[0] = False
-    _, attention = model(input_ids, attention_mask, model.photos(images, visible=visible),
+    _, attention = model(input_ids, attention_mask, model.image_features(images),
+                         image_visible=visible,
                          return_attention=True)
     assert attention[0][1, :, :, n + 5:].abs().max() == 0
     assert attention[0][0, :, :, :n].abs().max() == 0
@@ -112,7 +115,7 @@ def test_pooled_and_patch_image_tokens(image_tokens, n, batch, tiny_config):
 def test_each_photo_once_gives_the_logits_and_gradients_of_one_copy_per_caption(
         image_tokens, cached, tiny_config):
     """Five captions over two photos (3 + 2, interleaved): the tower runs on the 2 photos and
-    ``Photos.index`` hands them out, against the same batch with the photo repeated per caption."""
+    ``image_index`` hands them out, against the same batch with the photo repeated per caption."""
     torch.manual_seed(0)
     model = VitBert(tiny_config(image_tokens=image_tokens, projector_norm=True)).train()
     photos = torch.randint(0, 256, (2, 3, 16, 16), dtype=torch.uint8)  # (P, 3, S, S)
@@ -126,13 +129,13 @@ def test_each_photo_once_gives_the_logits_and_gradients_of_one_copy_per_caption(
     if cached:  # a frozen tower's output, as the feature cache stores it
         model.image_tower.requires_grad_(False)
         with torch.no_grad():
-            photos = model.tower_tokens(photos).half()  # (P, N, D_img)
+            photos = model.image_features(photos).half()  # (P, N, D_img)
 
     def logits_and_grads(photos, index=None):
         model.zero_grad(set_to_none=True)
         # Cached features are wrapped as they are; pixels go through the tower (once).
-        seen = Photos(photos, index) if cached else model.photos(photos, index)
-        logits = model(input_ids, attention_mask, seen, target_mask=target_mask)
+        features = photos if cached else model.image_features(photos)
+        logits = model(input_ids, attention_mask, features, index, target_mask=target_mask)
         F.cross_entropy(logits, targets).backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         return logits.detach(), grads
@@ -152,15 +155,16 @@ def test_each_photo_once_gives_the_logits_and_gradients_of_one_copy_per_caption(
 def test_uint8_and_unit_float_pixels_agree(model, batch):
     _, _, images, _ = batch
     with torch.no_grad():
-        torch.testing.assert_close(model.image_tokens(model.photos(images)),
-                                   model.image_tokens(model.photos(images.float() / 255)))
+        torch.testing.assert_close(model.image_tokens(model.image_features(images)),
+                                   model.image_tokens(model.image_features(images.float() / 255)))
 
 
 def test_bf16_autocast_is_finite_and_trains(batch, model):
     input_ids, attention_mask, images, target_mask = batch
     model.train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = model(input_ids, attention_mask, model.photos(images), target_mask=target_mask)
+        logits = model(input_ids, attention_mask, model.image_features(images),
+                       target_mask=target_mask)
     assert torch.isfinite(logits).all()
     loss = torch.nn.functional.cross_entropy(logits.float(), input_ids[target_mask])
     loss.backward()

@@ -193,6 +193,6 @@ def test_a_network_with_an_extension_round_trips_by_its_class_path(tmp_path, tin
         assert torch.equal(loaded.state_dict()[key], value), key
     input_ids, attention_mask, images, _ = batch
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids, attention_mask, loaded.photos(images)),
-                                   model(input_ids, attention_mask, model.photos(images)),
+        torch.testing.assert_close(loaded(input_ids, attention_mask, loaded.image_features(images)),
+                                   model(input_ids, attention_mask, model.image_features(images)),
                                    rtol=0, atol=0)

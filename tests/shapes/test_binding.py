@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from vitbert.data.tokenizer import train_wordpiece
-from vitbert.models import ImageTowerConfig, Photos, TextTowerConfig, VitBert, VitBertConfig
+from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
 from vitbert.shapes.binding import (
     binding_scores,
     content_pieces,
@@ -42,22 +42,23 @@ def test_the_pseudo_log_likelihood_is_each_content_piece_hidden_in_turn(net, tok
     images = pictures(2)
     index = torch.tensor([1, 0])
     total, readings = pseudo_log_likelihood(net, ids, keep, content, tokenizer.mask_token_id,
-                                            net.photos(images, index), chunk=3)
+                                            net.image_features(images), index, chunk=3)
     for b in range(2):
         expected = 0.0
         for position in content[b].nonzero().squeeze(1).tolist():
             masked = ids[b:b + 1].clone()
             masked[0, position] = tokenizer.mask_token_id
             with torch.no_grad():
-                logits = net(masked, keep[b:b + 1], net.photos(images[index[b]][None]))  # (1, T, V)
+                logits = net(masked, keep[b:b + 1],
+                             net.image_features(images[index[b]][None]))  # (1, T, V)
             expected += logits[0, position].log_softmax(-1)[ids[b, position]].item()
         assert total[b].item() == pytest.approx(expected, abs=1e-4)
         assert len(readings[b]) == int(content[b].sum())
     words = tokenizer.convert_ids_to_tokens(ids[0][content[0]])
     assert "a" not in words and "of" not in words and "red" in words  # content words only
-    # Photos without an index: caption b sees photo b (the Photos contract).
+    # Image features without an index: caption b sees photo b.
     own, _ = pseudo_log_likelihood(net, ids, keep, content, tokenizer.mask_token_id,
-                                   net.photos(images[index]))
+                                   net.image_features(images[index]))
     torch.testing.assert_close(own, total)
     text_only, _ = pseudo_log_likelihood(net, ids, keep, content, tokenizer.mask_token_id, None)
     assert not torch.allclose(text_only, total)
@@ -82,10 +83,11 @@ class RedThenBlue(nn.Module):
         self.vocab_size = len(tokenizer)
         self.anchor = nn.Parameter(torch.zeros(()))  # gives the model a device
 
-    def photos(self, images, index=None):
-        return Photos(images.float(), index)
+    def image_features(self, images):
+        return images.float()
 
-    def forward(self, input_ids, attention_mask, photos=None, target_mask=None, **_):
+    def forward(self, input_ids, attention_mask, image_features=None, image_index=None,
+                target_mask=None, **_):
         position = target_mask.nonzero()[:, 1]  # (M,) the hidden piece of each row
         logits = torch.zeros(len(position), self.vocab_size)
         logits[:, self.red] = torch.where(position < 5, 2.0, 1.0)

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from vitbert.models import ImageTowerConfig, Photos, VitBertConfig, build_network
+from vitbert.models import ImageTowerConfig, VitBertConfig, build_network
 from vitbert.shapes import BindingLevers
 from vitbert.shapes.model import (
     BindingReader,
@@ -234,10 +234,12 @@ def test_the_split_lookup_reads_the_tower_alike_from_pixels_cache_or_index(tiny_
     torch.manual_seed(0)
     net = noisy(build_network(split_config(tiny_config))).eval()
     with torch.no_grad():
-        from_pixels = net(input_ids, attention_mask, net.photos(images))
-        cached = net(input_ids, attention_mask, Photos(net.tower_tokens(images).half()))
-        indexed = net(input_ids, attention_mask, net.photos(images[1:], torch.tensor([0, 0])))
-        one_photo = net(input_ids, attention_mask, net.photos(images[1:].expand(2, -1, -1, -1)))
+        from_pixels = net(input_ids, attention_mask, net.image_features(images))
+        cached = net(input_ids, attention_mask, net.image_features(images).half())
+        indexed = net(input_ids, attention_mask, net.image_features(images[1:]),
+                      torch.tensor([0, 0]))
+        one_photo = net(input_ids, attention_mask,
+                        net.image_features(images[1:].expand(2, -1, -1, -1)))
     torch.testing.assert_close(cached, from_pixels, atol=0.05, rtol=0.01)  # fp16 cache
     torch.testing.assert_close(indexed, one_photo, atol=1e-5, rtol=1e-5)
     assert (indexed - from_pixels).abs().max() > 1e-3  # another photo: another reading
@@ -259,31 +261,33 @@ def test_a_new_lookup_changes_nothing_and_an_old_checkpoint_loads_into_it(tiny_c
     missing, unexpected = with_lookup.load_state_dict(plain.state_dict(), strict=False)
     assert missing and all(key.startswith("reader.lookup.") for key in missing) and not unexpected
     with torch.no_grad():
-        torch.testing.assert_close(with_lookup(input_ids, attention_mask, plain.photos(images)),
-                                   plain(input_ids, attention_mask, plain.photos(images)))
+        torch.testing.assert_close(with_lookup(input_ids, attention_mask,
+                                               plain.image_features(images)),
+                                   plain(input_ids, attention_mask, plain.image_features(images)))
 
 
 def test_with_the_lookup_no_image_still_equals_the_image_blocked(looking, batch):
     input_ids, attention_mask, images, _ = batch
     blocked = torch.zeros(2, looking.num_image_tokens, dtype=torch.bool)
     with torch.no_grad():
-        seen = looking(input_ids, attention_mask, looking.photos(images))
+        seen = looking(input_ids, attention_mask, looking.image_features(images))
         without = looking(input_ids, attention_mask)
-        hidden = looking(input_ids, attention_mask, looking.photos(images, visible=blocked))
+        hidden = looking(input_ids, attention_mask, looking.image_features(images),
+                         image_visible=blocked)
     torch.testing.assert_close(hidden, without, atol=1e-5, rtol=1e-5)
     assert (seen - without).abs().max() > 1e-3  # the lookup does read the photo
 
 
 def test_under_the_seq2seq_mask_no_word_reads_a_word_to_its_right(looking, batch):
     input_ids, attention_mask, images, _ = batch
-    photos = looking.photos(images)
+    features = looking.image_features(images)
     changed = input_ids.clone()
     changed[:, 4] = (changed[:, 4] + 1 - 5) % 45 + 5  # another ordinary piece at place 4
     with torch.no_grad():
-        a = looking(input_ids, attention_mask, photos, mode="seq2seq")
-        b = looking(changed, attention_mask, photos, mode="seq2seq")
-        c = looking(input_ids, attention_mask, photos)
-        d = looking(changed, attention_mask, photos)
+        a = looking(input_ids, attention_mask, features, mode="seq2seq")
+        b = looking(changed, attention_mask, features, mode="seq2seq")
+        c = looking(input_ids, attention_mask, features)
+        d = looking(changed, attention_mask, features)
     torch.testing.assert_close(a[:, :4], b[:, :4])  # places 0-3 never see place 4
     assert (c[:, 3] - d[:, 3]).abs().max() > 1e-3  # bidirectionally the right neighbour counts
 
@@ -292,7 +296,7 @@ def test_the_lookup_trains_under_bf16_autocast(looking, batch):
     input_ids, attention_mask, images, target_mask = batch
     looking.train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        logits = looking(input_ids, attention_mask, looking.photos(images),
+        logits = looking(input_ids, attention_mask, looking.image_features(images),
                          target_mask=target_mask)
     logits.float().sum().backward()
     assert torch.isfinite(logits.float()).all()
@@ -332,8 +336,10 @@ def test_new_read_sharing_changes_nothing_and_a_checkpoint_without_it_loads(tiny
     missing, unexpected = with_sharing.load_state_dict(without.state_dict(), strict=False)
     assert missing == ["reader.sharing.mix.weight"] and not unexpected
     with torch.no_grad():
-        torch.testing.assert_close(with_sharing(input_ids, attention_mask, without.photos(images)),
-                                   without(input_ids, attention_mask, without.photos(images)))
+        torch.testing.assert_close(with_sharing(input_ids, attention_mask,
+                                                without.image_features(images)),
+                                   without(input_ids, attention_mask,
+                                           without.image_features(images)))
 
 
 def test_read_sharing_needs_the_lookup():
@@ -356,14 +362,14 @@ def test_the_reader_adds_the_reads_to_the_encoders_word_rows(tiny_config, batch,
     assert isinstance(reader, BindingReader)
     index = torch.tensor([1, 0])
     visible = torch.tensor([[True, False, True, True], [True] * 4])
-    photos = net.photos(images, index, visible)
+    features = net.image_features(images)
     with torch.no_grad():
-        rows, _ = net.encode(input_ids, attention_mask, photos, mode=mode)
+        rows, _ = net.encode(input_ids, attention_mask, features, index, visible, mode=mode)
         net.reader = None  # the encoder's own rows, before the reader
-        hidden, _ = net.encode(input_ids, attention_mask, photos, mode=mode)
+        hidden, _ = net.encode(input_ids, attention_mask, features, index, visible, mode=mode)
         net.reader = reader
         causal = mode == "seq2seq"
-        reads = reader.lookup(net.text.embeddings(input_ids), photos.tokens[index], visible,
+        reads = reader.lookup(net.text.embeddings(input_ids), features[index], visible,
                               right_context=not causal, hidden=hidden)
         expected = hidden + reads + reader.sharing(reads, causal=causal)
     torch.testing.assert_close(rows, expected, atol=1e-5, rtol=1e-5)

@@ -147,7 +147,7 @@ class FeatureDataset(Dataset):
 
 # ----------------------------------------------------------------------------- batches
 
-# The batch key, and `vitbert.models.Photos`' field: (B,) long, the photo each caption sees among
+# The batch key, and `VitBert.forward`'s argument: (B,) long, the photo each caption sees among
 # the batch's P distinct photos (`images` (P, 3, S, S), or their cached features). Without it the
 # photos are one per caption, in caption order.
 IMAGE_INDEX = "image_index"

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from vitbert.data.masking import STOP_WORDS
-from vitbert.models import Photos, VitBert
+from vitbert.models import VitBert
 from vitbert.nn import AttentionContext, KVCache
 
 NEG_INF = float("-inf")
@@ -81,20 +81,20 @@ class _NextWord:
     def __init__(self, model, tokens: CaptionTokens, images: Tensor | None,
                  use_cache: bool) -> None:
         self.model, self.tokens = model, tokens
-        self.photos = None if images is None else model.photos(images)  # (R, N, D_img) tokens
+        self.features = None if images is None else model.image_features(images)  # (R, N, D_img)
         use_cache = use_cache and type(model).encode is VitBert.encode  # else read it whole
         self.cache = KVCache(len(model.text.encoder.blocks)) if use_cache else None
         self.written = 0  # text pieces whose keys and values the cache holds
-        if self.cache is not None and self.photos is not None:
+        if self.cache is not None and self.features is not None:
             # Image tokens see only image tokens: read them once, keep their keys and values.
-            model.text.encoder(model.image_tokens(self.photos), cache=self.cache)  # (R, N, D)
+            model.text.encoder(model.image_tokens(self.features), cache=self.cache)  # (R, N, D)
         self.num_rows = 1 if images is None else len(images)
 
     def select(self, index: Tensor) -> None:
         """Keep rows ``index`` (R',) in that order."""
         self.num_rows = len(index)
-        if self.photos is not None:
-            self.photos = Photos(self.photos.tokens[index])
+        if self.features is not None:
+            self.features = self.features[index]
         if self.cache is not None:
             self.cache.select(index)
 
@@ -104,7 +104,7 @@ class _NextWord:
         mask_column = written.new_full((R, 1), self.tokens.mask)
         if self.cache is None:
             ids = torch.cat((written, mask_column), dim=1)  # (R, t + 1)
-            logits = self.model(ids, torch.ones_like(ids, dtype=torch.bool), self.photos,
+            logits = self.model(ids, torch.ones_like(ids, dtype=torch.bool), self.features,
                                 mode="seq2seq")[:, -1]  # (R, V)
             return logits.float().log_softmax(dim=-1)
         new = torch.cat((written[:, self.written:], mask_column), dim=1)  # (R, n): unread + [MASK]
@@ -281,7 +281,7 @@ def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
     confidence is its probability when it was last predicted. No piece is written twice in a
     row.
     """
-    photos = None if images is None else model.photos(images)  # the tower runs once
+    features = None if images is None else model.image_features(images)  # the tower runs once
     B = 1 if images is None else len(images)
     device = next(model.parameters()).device
     room = model.config.text.max_len - 2
@@ -293,7 +293,7 @@ def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
         keep = torch.ones_like(ids, dtype=torch.bool)
         for i in range(iterations):
             hidden = ids[:, 1:-1] == tokens.mask  # (B, N)
-            logits = model(ids, keep, photos)[:, 1:-1]  # (B, N, V)
+            logits = model(ids, keep, features)[:, 1:-1]  # (B, N, V)
             log_probs = logits.float().log_softmax(dim=-1)
             log_probs[..., [*tokens.banned, tokens.sep]] = NEG_INF
             # Left to right, each hidden piece is the likeliest that repeats neither the piece

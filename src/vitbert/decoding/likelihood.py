@@ -4,8 +4,8 @@ rest in view (Salazar et al. 2020, "Masked Language Model Scoring").
 A masked-language model has no left-to-right probability of a sentence; the sum of log p(piece)
 over its pieces, each hidden once, stands in for it. Over the *content* pieces only (the function
 words' are the grammar's), with the photo, it says how well the words the photo decides fit it:
-the binding swap tests compare a caption with its swapped copy by it (:mod:`vitbert.lit.binding`),
-and reranking adds it to the contrastive score (:mod:`vitbert.decoding.rerank`).
+a data set's binding swap tests may compare a caption with its swapped copy by it, and reranking
+adds it to the contrastive score (:mod:`vitbert.decoding.rerank`).
 """
 
 from __future__ import annotations
@@ -13,22 +13,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from vitbert.models import Photos
-
 
 @torch.no_grad()
 def pseudo_log_likelihood(net, ids: Tensor, keep: Tensor, content: Tensor, mask_token_id: int,
-                          photos: Photos | None, chunk: int = 1024) -> tuple[Tensor, list[Tensor]]:
+                          image_features: Tensor | None, image_index: Tensor | None = None,
+                          chunk: int = 1024) -> tuple[Tensor, list[Tensor]]:
     """Per caption, the sum of log p(piece) over its content pieces, each hidden in turn with the
     rest in view: (B,). Also, per caption, the log-probabilities (C_b, V) at each hidden piece,
     in position order (the fill-mask readings).
 
-    ``photos``: what the captions see (:meth:`VitBert.photos`: the tower's output for P photos,
-    caption b shown photo ``photos.index[b]``); None: no image (text only).
+    ``image_features``: the photos the captions see (P, N, D_img), caption b shown photo
+    ``image_index[b]`` (None: photo b); None: no image (text only).
     """
     row, col = content.nonzero(as_tuple=True)  # (M,) one sequence per hidden piece
-    if photos is not None and photos.index is None:  # P = B: caption b sees photo b
-        photos = Photos(photos.tokens, torch.arange(len(ids), device=ids.device))
+    if image_index is None:  # P = B: caption b sees photo b
+        image_index = torch.arange(len(ids), device=ids.device)
     total = torch.zeros(len(ids), device=ids.device)
     readings: list[list[Tensor]] = [[] for _ in range(len(ids))]
     for start in range(0, len(row), chunk):
@@ -37,8 +36,7 @@ def pseudo_log_likelihood(net, ids: Tensor, keep: Tensor, content: Tensor, mask_
         masked[torch.arange(len(r)), c] = mask_token_id
         target = torch.zeros_like(masked, dtype=torch.bool)
         target[torch.arange(len(r)), c] = True
-        shown = None if photos is None else Photos(photos.tokens, photos.index[r])
-        logits = net(masked, keep[r], shown, target_mask=target)  # (m, V)
+        logits = net(masked, keep[r], image_features, image_index[r], target_mask=target)  # (m, V)
         log_p = logits.float().log_softmax(-1)
         total.index_add_(0, r, log_p.gather(1, ids[r, c][:, None]).squeeze(1))
         for k, b in enumerate(r.tolist()):

@@ -32,7 +32,6 @@ from torch import Tensor
 
 from vitbert.decoding.generate import CaptionTokens, Generated, greedy, sample
 from vitbert.decoding.likelihood import pseudo_log_likelihood
-from vitbert.models import Photos
 
 
 def caption_rows(tokens: CaptionTokens, captions: list[Generated], max_len: int
@@ -58,8 +57,8 @@ def rerank(model, tokens: CaptionTokens, images: Tensor, candidates: list[list[G
     ``likelihood=False``: by the contrastive score alone, one text pass per caption instead of
     one per content piece. ``images`` (B, 3, S, S); the model needs its contrastive heads
     (``net.itc_dim`` > 0)."""
-    tower = model.tower_tokens(images)  # (B, N, D_img): the tower once, for both scores
-    photos = model.embed_image_tokens(tower)  # (B, E), unit vectors
+    features = model.image_features(images)  # (B, N, D_img): the tower once, for both scores
+    photos = model.embed_image_features(features)  # (B, E), unit vectors
     unique = [list({tuple(c.token_ids): c for c in found}.values()) for found in candidates]
     ids, keep = caption_rows(tokens, [c for found in unique for c in found],
                              model.config.text.max_len)  # (C, T): every image's, in one pass
@@ -72,8 +71,7 @@ def rerank(model, tokens: CaptionTokens, images: Tensor, candidates: list[list[G
     if likelihood:
         pieces = keep & (ids != tokens.cls) & (ids != tokens.sep)
         content = pieces & ~torch.isin(ids, torch.tensor(tokens.function, device=ids.device))
-        fit, _ = pseudo_log_likelihood(model, ids, keep, content, tokens.mask,
-                                       Photos(tower, owner))
+        fit, _ = pseudo_log_likelihood(model, ids, keep, content, tokens.mask, features, owner)
     rank = (similarity / model.itc.temperature + fit).tolist()
     similarity, fit = similarity.tolist(), fit.tolist()
     results, start = [], 0

@@ -71,10 +71,10 @@ class Condition:
         key: the name in prediction records and metric containers (``with_image``, ...).
         suffix: appended to a metric's name (``top1`` + ``_mismatch``); empty for the photo itself.
         description: the table's row label.
-        view: (batch, the tower's output for its photos) → (the tower output to show or None,
-            which captions are read (B,) bool); the photos are for the read captions only: one
-            per read caption, or, when the batch has an ``image_index``, the batch's P photos in
-            the places that index points at.
+        view: (batch, the image features of its photos) → (the image features to show or
+            None, which captions are read (B,) bool); the features are for the read captions
+            only: one per read caption, or, when the batch has an ``image_index``, the batch's P
+            photos in the places that index points at.
     """
 
     key: str
@@ -87,34 +87,34 @@ def _every_caption(batch: Batch) -> Tensor:
     return torch.ones(len(batch["input_ids"]), dtype=torch.bool, device=batch["input_ids"].device)
 
 
-def _another_photos(batch: Batch, photos: Tensor) -> tuple[Tensor, Tensor]:
+def _another_photos(batch: Batch, features: Tensor) -> tuple[Tensor, Tensor]:
     source, has_other = another_photo(batch["image_id"])  # (B,) rows, (B,) bool
     if IMAGE_INDEX not in batch:  # one photo per caption: gather the other image's
-        return photos[source[has_other]], has_other
+        return features[source[has_other]], has_other
     # The P distinct photos, permuted: the place caption b points at (image_index[b]) now holds
     # the photo of caption source[b]. All captions of one photo share its place and their source
     # (another_photo moves them together), so each place gets one photo; a place no caption
     # points at keeps its own.
     index = batch[IMAGE_INDEX]  # (B,)
-    shown = torch.arange(len(photos), device=index.device).scatter_(0, index, index[source])
-    return photos[shown], has_other  # (P, ...)
+    shown = torch.arange(len(features), device=index.device).scatter_(0, index, index[source])
+    return features[shown], has_other  # (P, ...)
 
 
 WITH_PHOTO = Condition("with_image", "", "with the photo",
-                       lambda batch, photos: (photos, _every_caption(batch)))
+                       lambda batch, features: (features, _every_caption(batch)))
 ANOTHER_PHOTO = Condition("another_image", "_mismatch", "another image's photo", _another_photos)
 TEXT_ONLY = Condition("text_only", "_text", "text only",
-                      lambda batch, photos: (None, _every_caption(batch)))
+                      lambda batch, features: (None, _every_caption(batch)))
 CONDITIONS = (WITH_PHOTO, ANOTHER_PHOTO, TEXT_ONLY)
 
 
-def read(net, batch: Batch, photos: Tensor) -> dict[Condition, tuple[Tensor | None, Tensor]]:
-    """Each condition's reading of ``batch``, whose photos the tower turned into ``photos``
-    (P, N, D_img): (logits (M_c, V) at the targets of the captions it reads, or None when it
-    reads none; which captions it reads (B,) bool)."""
+def read(net, batch: Batch, features: Tensor) -> dict[Condition, tuple[Tensor | None, Tensor]]:
+    """Each condition's reading of ``batch``, whose photos the tower turned into the image
+    ``features`` (P, N, D_img): (logits (M_c, V) at the targets of the captions it reads, or None
+    when it reads none; which captions it reads (B,) bool)."""
     readings = {}
     for condition in CONDITIONS:
-        shown, reads = condition.view(batch, photos)
+        shown, reads = condition.view(batch, features)
         seen = batch if reads.all() else select_captions(batch, reads)
         readings[condition] = (masked_logits(net, seen, shown) if reads.any() else None, reads)
     return readings

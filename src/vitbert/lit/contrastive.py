@@ -63,7 +63,7 @@ def distinct_photos(batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
 
 
 class Contrastive(Objective):
-    """The contrastive loss (module doc) over the step's tower output (no second tower pass) and
+    """The contrastive loss (module doc) over the step's image features (no second tower pass) and
     the captions unmasked (ALBEF reads them whole: a hidden content word is what tells a photo
     from another). Trains the network's contrastive heads (``net.itc_dim``)."""
 
@@ -78,6 +78,6 @@ class Contrastive(Objective):
     def __call__(self, net: VitBert, step: TrainingStep) -> Tensor:
         batch = step.batch
         rows, slot = distinct_photos(batch)
-        images = net.embed_image_tokens(step.tower[rows])  # (K, E)
+        images = net.embed_image_features(step.image_features[rows])  # (K, E)
         texts = net.embed_texts(original_caption(batch), batch["attention_mask"])  # (B, E)
         return contrastive_loss(texts, images, slot, net.itc.temperature)

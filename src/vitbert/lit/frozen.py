@@ -6,8 +6,8 @@ A part that never changes during the run gives a photo the same output every epo
 computed once and read back instead of run:
 
 * ``part: tower``: the whole tower (on the Flickr30k model 35 of the 37 forward GFLOP of a
-  sample); the cache holds `VitBert.tower_tokens` (P, N, D_img) under the batch key
-  ``FEATURES_KEY``, and training runs only the projector and the text side;
+  sample); the cache holds its image features, `VitBert.image_features` (P, N, D_img), under
+  the batch key ``FEATURES_KEY``, and training runs only the projector and the text side;
 * ``part: backbone``: a hybrid tower's CNN (a pretrained EfficientNet, say); the cache holds its
   feature map (P, C, h, w), or it averaged to (P, C, g, g) with ``image.backbone_grid``, under
   ``BACKBONE_KEY``, and every part after the CNN (projection, blocks, pooling) trains from it
@@ -241,7 +241,7 @@ def _part_outputs(net: Any, part: str, images: np.ndarray, batch_size: int, dtyp
         with torch.inference_mode(), torch.autocast(device.type, dtype,
                                                     enabled=dtype != torch.float32):
             if part == "tower":
-                features = net.tower_tokens(pixels)  # (b, N, D_img)
+                features = net.image_features(pixels)  # (b, N, D_img)
             else:
                 features = tower.patch_embed.features(tower.normalize(pixels))  # (b, C, h, w)
         yield features.float().cpu().numpy()

@@ -28,7 +28,7 @@ from vitbert.lit.objectives import (
     Objective,
     TrainingStep,
     build_objective,
-    tower_output,
+    image_features,
     writes_captions,
 )
 from vitbert.lit.optim import OptimizerConfig, configure_optimizers
@@ -111,7 +111,7 @@ class MaskedLMModule(L.LightningModule):
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         claimed_by = next((o for o in self.objectives if o.claims_batch()), None)
-        step = TrainingStep(batch, tower_output(self.net, batch), self.tokenizer.mask_token_id,
+        step = TrainingStep(batch, image_features(self.net, batch), self.tokenizer.mask_token_id,
                             claimed_by)
         losses = {o: loss for o in self.objectives if (loss := o(self.net, step)) is not None}
         self.log_dict({f"train/{o.name}": loss for o, loss in losses.items()},
@@ -125,11 +125,11 @@ class MaskedLMModule(L.LightningModule):
         return writes_captions(self.objectives)
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self.val_metrics.update_readings(read(self.net, batch, tower_output(self.net, batch)),
+        self.val_metrics.update_readings(read(self.net, batch, image_features(self.net, batch)),
                                          batch["labels"], batch["content_mask"])
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self.test_metrics.update_readings(read(self.net, batch, tower_output(self.net, batch)),
+        self.test_metrics.update_readings(read(self.net, batch, image_features(self.net, batch)),
                                           batch["labels"], batch["content_mask"])
 
     def on_validation_epoch_end(self) -> None:
@@ -143,7 +143,7 @@ class MaskedLMModule(L.LightningModule):
     def predict_step(self, batch: Batch, batch_idx: int = 0) -> list[dict[str, Any]]:
         """Per caption, the top-5 guesses at every target in each condition (vitbert.decoding)."""
         batch = show_targets_as_mask(batch, self.tokenizer.mask_token_id)
-        readings = read(self.net, batch, tower_output(self.net, batch))
+        readings = read(self.net, batch, image_features(self.net, batch))
         return prediction_records(self.tokenizer, batch,
                                   {condition.key: reading for condition, reading in
                                    readings.items()}, k=5)

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from vitbert.data.features import BACKBONE_KEY, FEATURES_KEY, IMAGE_INDEX
 from vitbert.data.masking import IGNORE_INDEX
-from vitbert.models import ConfigError, Photos, VitBert, WordDetectorHead
+from vitbert.models import ConfigError, VitBert, WordDetectorHead
 from vitbert.models.multimodal import AttentionMode
 
 Batch = dict[str, Tensor]
@@ -48,14 +48,14 @@ Batch = dict[str, Tensor]
 # ----------------------------------------------------------------------------- a batch's parts
 
 
-def tower_output(net: VitBert, batch: Batch) -> Tensor:
-    """(P, N, D_img): the image tower's output for the batch's P photos, run once: from pixels,
-    from a frozen CNN backbone's cached output, or a frozen tower's cached output itself."""
+def image_features(net: VitBert, batch: Batch) -> Tensor:
+    """(P, N, D_img): the image features (the tower's output) of the batch's P photos, computed
+    once: from pixels, from a frozen CNN backbone's cached output, or a frozen tower's cache."""
     if FEATURES_KEY in batch:
         return batch[FEATURES_KEY]
     if BACKBONE_KEY in batch:
-        return net.tower_tokens_from_backbone(batch[BACKBONE_KEY])
-    return net.tower_tokens(batch["images"])
+        return net.image_features_from_backbone(batch[BACKBONE_KEY])
+    return net.image_features(batch["images"])
 
 
 def caption_photos(batch: Batch) -> Tensor:
@@ -73,28 +73,27 @@ def original_caption(batch: Batch) -> Tensor:
     return torch.where(labels == IGNORE_INDEX, batch["input_ids"], labels)
 
 
-def masked_logits(net: VitBert, batch: Batch, tokens: Tensor | None,
+def masked_logits(net: VitBert, batch: Batch, features: Tensor | None,
                   mode: AttentionMode = "bidirectional") -> Tensor:
-    """Logits (M, V) at the targets of ``batch``, each caption seeing its photo among the tower
-    output ``tokens`` (P, N, D_img) by the batch's ``image_index``, or no image (None)."""
-    photos = None if tokens is None else Photos(tokens, batch.get(IMAGE_INDEX))
-    return net(batch["input_ids"], batch["attention_mask"], photos,
+    """Logits (M, V) at the targets of ``batch``, each caption seeing its photo among the image
+    ``features`` (P, N, D_img) by the batch's ``image_index``, or no image (None)."""
+    return net(batch["input_ids"], batch["attention_mask"], features, batch.get(IMAGE_INDEX),
                target_mask=batch["labels"] != IGNORE_INDEX, mode=mode)
 
 
-def masked_lm_losses(net: VitBert, batch: Batch, tokens: Tensor,
+def masked_lm_losses(net: VitBert, batch: Batch, features: Tensor,
                      mode: AttentionMode = "bidirectional") -> tuple[Tensor, Tensor]:
     """The cross-entropy (M,) at each of the batch's M targets, each caption seeing its own
     photo, and the true piece there (M,). The loss is taken in fp32 (the model never casts)."""
-    logits = masked_logits(net, batch, tokens, mode)  # (M, V)
+    logits = masked_logits(net, batch, features, mode)  # (M, V)
     pieces = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (M,)
     return F.cross_entropy(logits.float(), pieces, reduction="none"), pieces
 
 
-def masked_lm_loss(net: VitBert, batch: Batch, tokens: Tensor,
+def masked_lm_loss(net: VitBert, batch: Batch, features: Tensor,
                    mode: AttentionMode = "bidirectional") -> Tensor:
     """Mean cross-entropy over the batch's targets (:func:`masked_lm_losses`)."""
-    logits = masked_logits(net, batch, tokens, mode)  # (M, V)
+    logits = masked_logits(net, batch, features, mode)  # (M, V)
     return F.cross_entropy(logits.float(), batch["labels"][batch["labels"] != IGNORE_INDEX])
 
 
@@ -106,8 +105,8 @@ class TrainingStep:
     """One training step as every objective reads it."""
 
     batch: Batch
-    tower: Tensor
-    """(P, N, D_img): the image tower's output for the batch's photos, computed once."""
+    image_features: Tensor
+    """(P, N, D_img): the image features of the batch's photos, computed once."""
     mask_token_id: int
     claimed_by: Objective | None = None
     """The objective that took this batch for itself (:meth:`Objective.claims_batch`), if any."""
@@ -184,7 +183,7 @@ class MaskedLM(Objective):
     def __call__(self, net: VitBert, step: TrainingStep) -> Tensor | None:
         if step.claimed_by is not None:
             return None
-        return masked_lm_loss(net, step.batch, step.tower)
+        return masked_lm_loss(net, step.batch, step.image_features)
 
 
 class CaptionWriting(Objective):
@@ -213,7 +212,7 @@ class CaptionWriting(Objective):
         if step.claimed_by is not self:
             return None
         batch = seq2seq_batch(step.batch, step.mask_token_id)
-        return masked_lm_loss(net, batch, step.tower, mode="seq2seq")
+        return masked_lm_loss(net, batch, step.image_features, mode="seq2seq")
 
 
 def seq2seq_batch(batch: Batch, mask_token_id: int,
@@ -252,8 +251,8 @@ class WordDetection(Objective):
 
     Why: the MLM loss reaches the image tower only through the words' attention over the image
     tokens, a weak signal at the start, when that attention is not yet on the right object; this
-    loss tells the tower directly which words a photo's captions use. It reads the step's tower
-    output (no extra tower pass); a photo's captions pool their words; function words, in every
+    loss tells the tower directly which words a photo's captions use. It reads the step's image
+    features (no extra tower pass); a photo's captions pool their words; function words, in every
     caption, are left out (the batch's ``content_mask``).
     """
 
@@ -264,20 +263,20 @@ class WordDetection(Objective):
         return {"word_head": self.head}
 
     def __call__(self, net: VitBert, step: TrainingStep) -> Tensor:
-        return word_detection_loss(self.head, step.batch, step.tower)
+        return word_detection_loss(self.head, step.batch, step.image_features)
 
 
-def word_detection_loss(head: nn.Module, batch: Batch, tokens: Tensor) -> Tensor:
-    """Cross-entropy between the head's guess from the tower's tokens (P, N, D_img) and the
+def word_detection_loss(head: nn.Module, batch: Batch, features: Tensor) -> Tensor:
+    """Cross-entropy between the head's guess from the image features (P, N, D_img) and the
     content words each photo's captions use (its bag of content pieces as a distribution, the
     multi-label recipe of Joulin et al. 2016)."""
     counts = photo_word_counts(batch, original_caption(batch), batch["content_mask"].bool(),
-                               len(tokens), head.vocab_size)  # (P, V)
+                               len(features), head.vocab_size)  # (P, V)
     seen = counts.sum(dim=1) > 0  # a photo whose captions hold no content word teaches nothing
     if not seen.any():
-        return head(tokens).sum() * 0.0  # nothing to learn: zero, with the graph kept for DDP
+        return head(features).sum() * 0.0  # nothing to learn: zero, with the graph kept for DDP
     target = counts[seen] / counts[seen].sum(dim=1, keepdim=True)  # (P', V)
-    return F.cross_entropy(head(tokens[seen]).float(), target)
+    return F.cross_entropy(head(features[seen]).float(), target)
 
 
 def photo_word_counts(batch: Batch, words: Tensor, counted: Tensor, num_photos: int,

@@ -6,9 +6,9 @@
 * :class:`WordDetectorHead` (:mod:`.heads`): the head of the word-detection objective (the
   caption's words from the image alone).
 * :class:`VitBert` (:mod:`.multimodal`): image tokens + words in one encoder, MLM logits; the
-  photos reach it as :class:`Photos` (the tower's output, once per photo); with ``itc_dim`` also
-  :class:`ContrastiveHeads` (:mod:`.contrastive`): photos and captions embedded apart, for
-  retrieval (``embed_images``, ``embed_texts``).
+  photos reach it as their image features (the tower's output, once per photo); with
+  ``itc_dim`` also :class:`ContrastiveHeads` (:mod:`.contrastive`): photos and captions embedded
+  apart, for retrieval (``embed_images``, ``embed_texts``).
 * :class:`VitBertConfig` (:mod:`.config`): plain-value configuration; :func:`build_network` builds
   the network it describes (a :class:`NetworkExtension` may build one from outside the core).
 
@@ -26,7 +26,7 @@ from vitbert.models.config import (
 )
 from vitbert.models.contrastive import ContrastiveHeads
 from vitbert.models.heads import WordDetectorHead
-from vitbert.models.multimodal import Photos, Projector, VitBert, build_network
+from vitbert.models.multimodal import Projector, VitBert, build_network
 from vitbert.models.patch_embed import ConvStem, HybridEmbed, PatchEmbed
 from vitbert.models.vit import ViT, build_image_tower
 
@@ -39,7 +39,6 @@ __all__ = [
     "MLMHead",
     "NetworkExtension",
     "PatchEmbed",
-    "Photos",
     "Projector",
     "TextEmbeddings",
     "TextTower",

@@ -3,7 +3,7 @@
 Each tower summarises its input alone, each summary is projected into one small shared space and
 L2-normalised, and a caption's score against a photo is the cosine of the two:
 
-    photo ─ ViT ─ tower tokens (B, N, D_img) ─ mean ─ (B, D_img) ─ image_proj ─ (B, E) ─ ‖·‖ ─┐
+    photo ─ ViT ─ image features (B, N, D_img) ─ mean ─ (B, D_img) ─ image_proj ─ (B, E) ─ ‖·‖ ─┐
     caption ─ text encoder, words alone ─ [CLS] or mean (B, D) ─ text_proj ─ (B, E) ─ ‖·‖ ── cos
 
 Why beside the joint encoder: the joint encoder (MLM) reads a caption and a photo *together*,
@@ -11,7 +11,7 @@ so scoring every caption against every photo would cost one encoder pass per pai
 × 5,000 captions: 5 million). Here each photo and each caption is embedded once and every pair
 is one dot product.
 
-The image side reads the tower tokens the text reads (``VitBert.tower_tokens``: the pooled one,
+The image side reads the image features the text reads (``VitBert.image_features``: the pooled one,
 or every patch), averaged: the tower's own mean pool, and so also what a frozen tower's feature
 cache holds, so training never runs the tower twice. The text side runs the text encoder on the
 caption with no image tokens (the text-only reading of :mod:`vitbert.lit.conditions`): its
@@ -55,10 +55,10 @@ class ContrastiveHeads(nn.Module):
         low, high = (math.log(t) for t in TEMPERATURE_RANGE)
         return self.log_temperature.clamp(low, high).exp()
 
-    def embed_image_tokens(self, tokens: Tensor) -> Tensor:
-        """Tower tokens (B, N, D_img) → unit vectors (B, E). A frozen tower's cached tokens are
-        stored in fp16: read in the projection's dtype."""
-        pooled = tokens.mean(dim=1).to(self.image_proj.weight.dtype)  # (B, D_img)
+    def embed_image_features(self, image_features: Tensor) -> Tensor:
+        """Image features (B, N, D_img) → unit vectors (B, E). A frozen tower's cached features
+        are stored in fp16: read in the projection's dtype."""
+        pooled = image_features.mean(dim=1).to(self.image_proj.weight.dtype)  # (B, D_img)
         return F.normalize(self.image_proj(pooled), dim=-1)  # (B, E)
 
     def embed_text(self, summary: Tensor) -> Tensor:

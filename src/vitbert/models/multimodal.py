@@ -6,11 +6,14 @@
 
 The image is optional: without it the encoder reads the words alone. Image tokens carry no text
 position, so "no image" and "image present but every image token blocked" give the same word
-outputs. The photos reach the model as :class:`Photos`, the image tower's output for the P
-distinct photos of a batch and which one each caption sees (:meth:`VitBert.photos` runs the
-tower; a frozen tower's cached output is wrapped as it is). Logits are computed only where they
-are needed: with ``target_mask`` the M masked rows are gathered *before* the V-wide vocabulary
-projection. With ``config.itc_dim`` the network also embeds photos and captions apart
+outputs. The photos reach the model as their **image features**, the image tower's output
+(P, N, D_img) for the P distinct photos of a batch (:meth:`VitBert.image_features` runs the tower;
+a frozen tower's are read from its cache), with ``image_index`` (B,), the photo each caption
+sees: Flickr30k has five captions per photo, and the tower runs once per photo; gathered per
+caption, logits, loss and gradients are those of passing every caption its own copy of the photo
+(the gather's backward sums the captions' gradients into their photo). Logits are computed only
+where they are needed: with ``target_mask`` the M masked rows are gathered *before* the V-wide
+vocabulary projection. With ``config.itc_dim`` the network also embeds photos and captions apart
 (:meth:`VitBert.embed_images`, :meth:`VitBert.embed_texts`; :mod:`vitbert.models.contrastive`),
 for retrieval. :func:`build_network` builds the network a config describes: this one, or what its
 ``extension`` builds (:class:`~vitbert.models.config.NetworkExtension`).
@@ -18,7 +21,6 @@ for retrieval. :func:`build_network` builds the network a config describes: this
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -33,24 +35,6 @@ from vitbert.nn import AttentionContext, key_padding_mask, seq2seq_mask
 # Bidirectional: every token sees every token (MLM). Seq2seq: a word sees the image and the words
 # to its left (generation, Unified VLP); image tokens never see words in either.
 AttentionMode = Literal["bidirectional", "seq2seq"]
-
-
-@dataclass(frozen=True)
-class Photos:
-    """What a batch of captions sees: the image tower's output for P photos, and which one each
-    caption sees.
-
-    Flickr30k has five captions per photo: the tower runs once per photo and its tokens are
-    gathered per caption, so logits, loss and gradients are those of passing every caption its
-    own copy of the photo (the gather's backward sums the captions' gradients into their photo).
-    """
-
-    tokens: Tensor
-    """(P, N, D_img): the tower's output (computed, or a frozen tower's cache in fp16)."""
-    index: Tensor | None = None
-    """(B,) long: caption b sees ``tokens[index[b]]``; None: P = B, caption b sees photo b."""
-    visible: Tensor | None = None
-    """(B, N) bool: the image tokens each caption may attend to; None: every one."""
 
 
 def _retie(module: VitBert, _incompatible_keys) -> None:
@@ -108,36 +92,31 @@ class VitBert(nn.Module):
     def num_image_tokens(self) -> int:
         return 1 if self.config.image_tokens == "pooled" else self.image_tower.num_patches
 
-    def tower_tokens(self, images: Tensor) -> Tensor:
-        """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S) → the tower's output tokens before
-        the projector (B, N, D_img): the pooled one or every patch. A frozen tower's are cached
-        (`vitbert.data.features`)."""
-        return self._image_tokens_of(self.image_tower(self.image_tower.normalize(images)))
+    def image_features(self, images: Tensor) -> Tensor:
+        """uint8 [0, 255] or float [0, 1] pixels (P, 3, S, S) → the image features, the tower's
+        output before the projector (P, N, D_img): the pooled token or every patch. A frozen
+        tower's are cached (`vitbert.lit.frozen`)."""
+        return self._features_of(self.image_tower(self.image_tower.normalize(images)))
 
-    def tower_tokens_from_backbone(self, features: Tensor) -> Tensor:
-        """:meth:`tower_tokens` from a hybrid tower's CNN output (B, C, h, w), cached when the
-        CNN is frozen (`vitbert.data.features`, stored in fp16: read in the model's dtype)."""
-        features = features.to(self.projector.proj.weight.dtype)
-        return self._image_tokens_of(self.image_tower.forward_backbone_features(features))
+    def image_features_from_backbone(self, maps: Tensor) -> Tensor:
+        """:meth:`image_features` from a hybrid tower's CNN output (P, C, h, w), cached when the
+        CNN is frozen (stored in fp16: read in the model's dtype)."""
+        maps = maps.to(self.projector.proj.weight.dtype)
+        return self._features_of(self.image_tower.forward_backbone_features(maps))
 
-    def _image_tokens_of(self, tower: tuple[Tensor, Tensor]) -> Tensor:
-        pooled, patches = tower
+    def _features_of(self, tower_output: tuple[Tensor, Tensor]) -> Tensor:
+        pooled, patches = tower_output  # (P, D_img), (P, N, D_img)
         return pooled[:, None] if self.config.image_tokens == "pooled" else patches
 
-    def photos(self, images: Tensor, index: Tensor | None = None,
-               visible: Tensor | None = None) -> Photos:
-        """Pixels (P, 3, S, S) through the image tower once: the :class:`Photos` to read with
-        the captions (``index``, ``visible``: see there)."""
-        return Photos(self.tower_tokens(images), index, visible)
-
-    def image_tokens(self, photos: Photos) -> Tensor:
-        """The image tokens each caption reads (B, N, D): the tower's output projected to the
-        text width, gathered per caption, marked as image tokens (and dropped out per caption)."""
-        tower = photos.tokens.to(self.projector.proj.weight.dtype)  # cached in fp16: read as ours
-        image = self.projector(tower)  # (P, N, D)
-        if photos.index is not None:
-            image = image[photos.index]  # (B, N, D): each caption's photo
-        return self.text.embeddings.image(image)  # dropout per caption, as without index
+    def image_tokens(self, image_features: Tensor, image_index: Tensor | None = None) -> Tensor:
+        """The image tokens each caption reads (B, N, D): the image features projected to the
+        text width, gathered per caption (``image_index``; None: caption b sees photo b), marked
+        as image tokens (and dropped out per caption)."""
+        features = image_features.to(self.projector.proj.weight.dtype)  # cached in fp16
+        tokens = self.projector(features)  # (P, N, D)
+        if image_index is not None:
+            tokens = tokens[image_index]  # (B, N, D): each caption's photo
+        return self.text.embeddings.image(tokens)  # dropout per caption, as without index
 
     @property
     def has_itc(self) -> bool:
@@ -154,12 +133,12 @@ class VitBert(nn.Module):
         """uint8 [0, 255] or float [0, 1] pixels (B, 3, S, S) → unit vectors (B, itc_dim) in the
         contrastive space (:mod:`vitbert.models.contrastive`); a caption's score is the dot
         product with :meth:`embed_texts`."""
-        return self.embed_image_tokens(self.tower_tokens(images))
+        return self.embed_image_features(self.image_features(images))
 
-    def embed_image_tokens(self, tokens: Tensor) -> Tensor:
-        """The image tower's output (B, N, D_img), computed or cached → unit vectors (B, E):
+    def embed_image_features(self, image_features: Tensor) -> Tensor:
+        """Image features (B, N, D_img), computed or cached → unit vectors (B, E):
         :meth:`embed_images` without the tower pass, for training, which has run it."""
-        return self._require_itc().embed_image_tokens(tokens)
+        return self._require_itc().embed_image_features(image_features)
 
     def embed_texts(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Captions (B, T) with their attention mask (B, T), read alone (no image tokens) →
@@ -172,39 +151,43 @@ class VitBert(nn.Module):
         keep = attention_mask[..., None].to(hidden.dtype)  # (B, T, 1)
         return itc.embed_text((hidden * keep).sum(dim=1) / keep.sum(dim=1))  # (B, E)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, photos: Photos | None = None,
+    def forward(self, input_ids: Tensor, attention_mask: Tensor,
+                image_features: Tensor | None = None, image_index: Tensor | None = None,
                 target_mask: Tensor | None = None, mode: AttentionMode = "bidirectional",
-                return_attention: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+                return_attention: bool = False, image_visible: Tensor | None = None
+                ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """MLM logits: (M, V) at ``target_mask`` positions (B, T) True = predict here, else
         (B, T, V) at every word; with ``return_attention`` also the per-layer (B, H, L, L)
-        weights, whose first N of L are the image tokens when ``photos`` are given. Arguments
-        as :meth:`encode`'s."""
-        hidden, attention = self.encode(input_ids, attention_mask, photos, mode, return_attention)
+        weights, whose first N of L are the image tokens when image features are given.
+        Arguments as :meth:`encode`'s."""
+        hidden, attention = self.encode(input_ids, attention_mask, image_features, image_index,
+                                        image_visible, mode, return_attention)
         if target_mask is not None:
             hidden = hidden[target_mask.bool()]  # (M, D)
         logits = self.mlm_head(hidden)  # (M, V) or (B, T, V)
         return (logits, attention) if return_attention else logits
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor, photos: Photos | None = None,
-               mode: AttentionMode = "bidirectional", return_attention: bool = False
-               ) -> tuple[Tensor, list[Tensor] | None]:
+    def encode(self, input_ids: Tensor, attention_mask: Tensor,
+               image_features: Tensor | None = None, image_index: Tensor | None = None,
+               image_visible: Tensor | None = None, mode: AttentionMode = "bidirectional",
+               return_attention: bool = False) -> tuple[Tensor, list[Tensor] | None]:
         """The encoder's word rows (B, T, D), before any head, and the attention weights when
         asked (else None).
 
-        input_ids (B, T); attention_mask (B, T) True = real token; ``photos`` the photos the
-        captions see, or None for the words alone. ``mode="seq2seq"`` lets each word see only
-        the image and the words to its left (generation); image tokens never see words in it.
-        Row 0 is the caption's [CLS], which has read every word and image token.
+        input_ids (B, T); attention_mask (B, T) True = real token; ``image_features`` (P, N,
+        D_img) the photos the captions see, or None for the words alone, caption b seeing photo
+        ``image_index[b]`` (None: photo b); ``image_visible`` (B, N) the image tokens each
+        caption may attend to (None: every one). ``mode="seq2seq"`` lets each word see only the
+        image and the words to its left (generation); image tokens never see words in it. Row 0
+        is the caption's [CLS], which has read every word and image token.
         """
         x = self.text.embeddings(input_ids)  # (B, T, D)
         keep = attention_mask.bool()  # (B, T)
         N = 0
-        if photos is not None:
-            image = self.image_tokens(photos)  # (B, N, D)
+        if image_features is not None:
+            image = self.image_tokens(image_features, image_index)  # (B, N, D)
             N = image.shape[1]
-            visible = photos.visible
-            if visible is None:
-                visible = keep.new_ones(keep.shape[0], N)
+            visible = image_visible if image_visible is not None else keep.new_ones(len(keep), N)
             x = torch.cat((image, x), dim=1)  # (B, L, D), L = N + T
             keep = torch.cat((visible.bool(), keep), dim=1)  # (B, L)
         mask = seq2seq_mask(N, keep) if mode == "seq2seq" else key_padding_mask(keep)  # (B,1,·,L)

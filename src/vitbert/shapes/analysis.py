@@ -111,12 +111,12 @@ def named_object_attention(model, tokenizer, dataset, num_images: int | None = N
             continue
         image = dataset[index]["image"]
         patches = {m[1]: colour_patches(image, m[1], patch_size).to(device) for m in found}
-        photos = model.photos(image[None].to(device))  # the tower once a picture
+        features = model.image_features(image[None].to(device))  # the tower once a picture
         for match, other in zip(found, found[::-1], strict=True):
             prompt = f"{caption[:match.start(2)]}{tokenizer.mask_token}"
             ids = tokenizer(prompt, return_tensors="pt")["input_ids"][:, :-1]  # (1, t): no [SEP]
             ids = ids.to(device)
-            _, attention = model(ids, torch.ones_like(ids, dtype=torch.bool), photos,
+            _, attention = model(ids, torch.ones_like(ids, dtype=torch.bool), features,
                                  mode="seq2seq", return_attention=True)
             row = torch.stack([a[0, :, -1, :N] for a in attention]).float()  # (layers, H, N)
             shares = torch.stack((row @ patches[match[1]].float(),

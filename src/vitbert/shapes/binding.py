@@ -90,8 +90,8 @@ def binding_scores(net, tokenizer, images: Tensor, captions: Sequence[Sequence[s
         pixels = images[start:start + batch_pictures].to(device)
         index = torch.tensor(photo, device=device)
         mask_id = tokenizer.mask_token_id
-        photos = net.photos(pixels, index)  # the tower once for the batch's pictures
-        pll, fills = pseudo_log_likelihood(net, ids, keep, content, mask_id, photos)
+        features = net.image_features(pixels)  # the tower once for the batch's pictures
+        pll, fills = pseudo_log_likelihood(net, ids, keep, content, mask_id, features, index)
         pll_text, _ = pseudo_log_likelihood(net, ids, keep, content, mask_id, None)
         hidden_at = {}  # per true caption: its one-piece content words' readings
         for n, kind in enumerate(kinds):

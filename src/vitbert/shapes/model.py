@@ -48,7 +48,6 @@ from vitbert.models import (
     ConfigError,
     ConvStem,
     ImageTowerConfig,
-    Photos,
     ViT,
     VitBert,
     VitBertConfig,
@@ -141,20 +140,21 @@ class BindingVitBert(VitBert):
         self.image_tower = levers.image_tower(config.image) or self.image_tower
         self.reader = levers.reader(config)
 
-    def encode(self, input_ids: Tensor, attention_mask: Tensor, photos: Photos | None = None,
-               mode: str = "bidirectional", return_attention: bool = False
-               ) -> tuple[Tensor, list[Tensor] | None]:
+    def encode(self, input_ids: Tensor, attention_mask: Tensor,
+               image_features: Tensor | None = None, image_index: Tensor | None = None,
+               image_visible: Tensor | None = None, mode: str = "bidirectional",
+               return_attention: bool = False) -> tuple[Tensor, list[Tensor] | None]:
         """The core's word rows, each then what the reader makes of it (module doc)."""
-        hidden, attention = super().encode(input_ids, attention_mask, photos, mode,
-                                           return_attention)
-        if self.reader is None or photos is None:
+        hidden, attention = super().encode(input_ids, attention_mask, image_features,
+                                           image_index, image_visible, mode, return_attention)
+        if self.reader is None or image_features is None:
             return hidden, attention
-        image = self.image_tokens(photos)  # (B, N, D): as the words saw them
-        visible = photos.visible
+        image = self.image_tokens(image_features, image_index)  # (B, N, D): as the words saw them
+        visible = image_visible
         if visible is None:
             visible = attention_mask.new_ones(image.shape[:2], dtype=torch.bool)
         hidden = self.reader(words=self.text.embeddings(input_ids), hidden=hidden, image=image,
-                             tower=photos.tokens.to(image.dtype), index=photos.index,
+                             tower=image_features.to(image.dtype), index=image_index,
                              visible=visible, causal=mode == "seq2seq")
         return hidden, attention
 
