@@ -35,6 +35,10 @@ Sections:
              inference_mode, bf16 where the CPU has it) against the obvious loop (PIL, timm in
              fp32 eval mode, batches of 32, one process), their ratio ("speedup") and how alike
              the outputs are; the CPU's name and the levers on (benchmarks.cache).
+  bert       (not run by default; --sections bert) the Flickr8k BERT recipe's text tower
+             (all-MiniLM-L6-v2 from --bert-weights, or its shape with random weights) against
+             transformers' BertForMaskedLM holding the same weights: a training step from the text
+             alone on the same masked captions, samples/s each and their ratio (benchmarks.bert).
   epoch      (not run by default; --epoch, minutes) training end to end, data loading included,
              on generated 500x375 JPEGs in Karpathy's layout: the obvious pipeline (JPEG Dataset,
              padding to max length, timm + BertForMaskedLM), ours, and ours with the image tower
@@ -368,6 +372,20 @@ def bench_cache(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any
                            pool=not args.cache_map)
 
 
+def add_bert_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("bert")
+    g.add_argument("--bert-weights", default=str(REPO / "weights" / "all-minilm-l6-v2"),
+                   help="all-MiniLM-L6-v2's folder (make weights); absent: random weights of "
+                        "its shape (default: %(default)s)")
+    g.add_argument("--bert-batch", type=int, default=64, help="captions a step (default 64)")
+
+
+def bench_bert(args: argparse.Namespace, done: dict[str, Any]) -> dict[str, Any]:
+    from benchmarks.bert import bert_benchmark
+
+    return bert_benchmark(args.bert_weights, batch_size=args.bert_batch)
+
+
 # To add a section: write `bench_<name>(args, done) -> dict` (``done``: the figures of the sections
 # already run), its options in `add_<name>_args`, and register both here.
 SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
@@ -380,6 +398,7 @@ SECTIONS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "levers": (add_levers_args, bench_levers),
     "epoch": (add_epoch_args, bench_epoch),
     "cache": (add_cache_args, bench_cache),
+    "bert": (add_bert_args, bench_bert),
 }
 DEFAULT_SECTIONS = ["train", "cuda", "data", "inference"]
 

@@ -214,3 +214,25 @@ data:
         assert levers[name]["gain"] > 0 and levers[name]["before"] != levers[name]["after"]
     assert levers["sizes"]["fixed_len"] == 32
     assert out["machine"]["torch_threads"] == 1
+
+
+def test_the_bert_section_times_the_same_weights_in_both_models():
+    """benchmarks.bert: transformers' copy of our text tower gives our text-only logits (the
+    same weights), and the section reports both speeds and their ratio."""
+    from benchmarks.bert import bert_benchmark, text_tower, transformers_copy
+
+    net, weights = text_tower(None)
+    assert weights == "random weights"
+    reference = transformers_copy(net)
+    net.eval(), reference.eval()
+    ids = torch.randint(1000, 30000, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    with torch.no_grad():
+        ours = net(ids, mask)
+        theirs = reference(input_ids=ids, attention_mask=mask.long()).logits
+    torch.testing.assert_close(ours[mask], theirs[mask], atol=1e-4, rtol=0)
+    figures = bert_benchmark(None, batch_size=4, rounds=1, steps=1)
+    assert figures["ours_samples_per_s"] > 0 and figures["transformers_samples_per_s"] > 0
+    assert figures["ratio"] == pytest.approx(
+        figures["ours_samples_per_s"] / figures["transformers_samples_per_s"], rel=0.05)
