@@ -339,7 +339,10 @@ def config_net(name: str) -> VitBertConfig:
         names = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
         raise KeyError(f"no config {name!r} in {CONFIGS}; choose one of {names}")
     config = yaml.safe_load(path.read_text())
-    return VitBertConfig.from_dict((config.get("model") or {}).get("net") or {})
+    net = VitBertConfig.from_dict((config.get("model") or {}).get("net") or {})
+    if net.text.pretrained and Path(net.text.pretrained).is_dir():  # the BERT's own sizes
+        net.text = text_tower_config(net.text.pretrained, net.text)
+    return net
 
 
 def _embedded_defaults() -> dict:
