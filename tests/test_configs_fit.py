@@ -2,7 +2,8 @@
 
 Each of configs/flickr30k*.yaml, flickr_small.yaml, web.yaml and flickr8k_cpu.yaml fits two
 steps on the CPU with only what a CPU test must change set on the command line: 32-bit, one
-device, a tiny image and widths, no pretrained weights (random ones in their place), and photos
+device, a tiny image and widths, no pretrained weights (random ones in their place; a config that
+names a pretrained BERT gets a tiny random one the test writes in transformers' format), and photos
 the test writes (a miniature Flickr30k in Karpathy's format; streamed shards written from it for
 web.yaml). The objectives, the evaluations and every other setting are the file's. None of them
 names anything of the shapes data's (vitbert.shapes).
@@ -14,7 +15,8 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+import yaml
+from helpers import REPO, WORDS, write_tiny_bert
 
 CONFIGS = REPO / "configs"
 PHOTO_CONFIGS = ("flickr30k", "flickr30k_hybrid", "flickr30k_patches", "flickr_small", "web",
@@ -59,9 +61,16 @@ def test_each_photo_config_fits_two_steps_on_a_cpu(name, karpathy_flickr, tmp_pa
         data = ["--data.source.init_args.root", str(karpathy_flickr),
                 "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
                 "--data.source.init_args.prepare_workers", "0", "--data.min_frequency", "1"]
+    if yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["model"]["net"].get(
+            "text", {}).get("pretrained"):  # a hub name or `make weights`' folder: a tiny BERT
+        write_tiny_bert(tmp_path / "bert", positions=64)
+        data += ["--model.net.text.pretrained", str(tmp_path / "bert")]
     monkeypatch.chdir(tmp_path)
     cli = main(["fit", "--config", str(CONFIGS / f"{name}.yaml"), *CPU, *TINY, *SIZES[name],
                 *data])
+    if "--model.net.text.pretrained" in data:  # its architecture, its tokenizer
+        assert cli.model.net.config.text.layout == "bert"
+        assert len(cli.datamodule.tokenizer) == len(WORDS) + 5
     assert cli.trainer.global_step == 2
     losses = [float(v) for k, v in cli.trainer.callback_metrics.items()
               if k.startswith("train/")]

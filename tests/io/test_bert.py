@@ -14,49 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import (
-    AutoModelForMaskedLM,
-    AutoTokenizer,
-    BertConfig,
-    BertForMaskedLM,
-    BertModel,
-)
+from helpers import WORDS, write_tiny_bert
+from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM, BertModel
 
 from vitbert.data.tokenizer import load_tokenizer
 from vitbert.io import CheckpointError
 from vitbert.io.bert import load_text_weights, text_tower_config, write_bert_folder
 from vitbert.models import ImageTowerConfig, TextTowerConfig, VitBert, VitBertConfig
-
-WORDS = ["a", "dog", "runs", "on", "the", "grass", "red", "ball", "man", "in", "water", "##s"]
-
-
-def write_tiny_bert(folder: Path, head: bool = True, safetensors: bool = True) -> BertForMaskedLM:
-    """A random BERT of 2 layers × 32 (3 heads of its own width would not do: 4 heads of 8),
-    its tokenizer's vocab.txt, saved as transformers saves; with ``head`` its MLM head too.
-    Weights are moved off their initialisation so no tensor is a constant LayerNorm."""
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=48, max_position_embeddings=24,
-                        layer_norm_eps=1e-12)
-    model = BertForMaskedLM(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
-    folder.mkdir(parents=True, exist_ok=True)
-    saved = model
-    if not head:  # a BertModel, pooler included (all-MiniLM-L6-v2's shape)
-        saved = BertModel(config).eval()
-        saved.load_state_dict(model.bert.state_dict(), strict=False)
-    if safetensors:
-        saved.save_pretrained(folder)
-    else:  # an older folder: pytorch_model.bin, LayerNorm as TF's gamma and beta
-        saved.config.save_pretrained(folder)
-        state = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
-                 .replace("LayerNorm.bias", "LayerNorm.beta"): v
-                 for k, v in saved.state_dict().items()}
-        torch.save(state, folder / "pytorch_model.bin")
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    return model
 
 
 def our_network(folder: Path, max_len: int = 16) -> VitBert:
