@@ -50,7 +50,7 @@ TINY_DATA = [
 # The logger stays on in `fit` (the CLI's LearningRateMonitor needs one); it writes to ./runs of
 # the tmp folder.
 QUIET = ["--trainer.enable_progress_bar", "false",
-         "--trainer.enable_model_summary", "false", "--model.num_examples", "0"]
+         "--trainer.enable_model_summary", "false", "--examples.num_examples", "0"]
 
 
 @dataclass

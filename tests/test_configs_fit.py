@@ -27,7 +27,7 @@ CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.stra
        "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1",
        "--trainer.num_sanity_val_steps", "0", "--trainer.check_val_every_n_epoch", "1",
        "--trainer.enable_progress_bar", "false", "--data.batch_size", "8",
-       "--data.num_workers", "0", "--model.num_examples", "0"]
+       "--data.num_workers", "0", "--examples.num_examples", "0"]
 TINY = ["--model.net.image.dim", "32", "--model.net.image.depth", "1",
         "--model.net.image.num_heads", "2", "--model.net.image.pretrained", "null",
         "--model.net.text.dim", "32", "--model.net.text.depth", "1",

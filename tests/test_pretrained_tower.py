@@ -30,7 +30,7 @@ def test_the_recipe_reads_the_pip_weights_into_its_cnn_and_caches_it_once(
     args = ["fit", "--config", str(REPO / "configs" / "flickr8k_cpu.yaml"),
             "--trainer.precision", "32-true", "--trainer.max_steps", "2",
             "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "0",
-            "--trainer.enable_progress_bar", "false", "--model.num_examples", "0",
+            "--trainer.enable_progress_bar", "false", "--examples.num_examples", "0",
             "--model.net.image.image_size", "64", "--model.net.image.pretrained", str(weights),
             "--model.net.text.dim", "32", "--model.net.text.depth", "1",
             "--data.source.init_args.root", str(karpathy_flickr),

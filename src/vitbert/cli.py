@@ -34,7 +34,12 @@ from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.retrieval import RetrievalEvaluation
 from vitbert.models import TextTowerConfig, VitBertConfig
 from vitbert.run.checkpoints import LastCheckpoint, ResumeState
-from vitbert.run.console import LogProgress, ParameterCount, ValidationSummary
+from vitbert.run.console import (
+    ExamplePredictions,
+    LogProgress,
+    ParameterCount,
+    ValidationSummary,
+)
 from vitbert.run.predictions import PredictionWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -166,6 +171,8 @@ class VitBertCLI(ProjectCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         super().add_arguments_to_parser(parser)
+        # A few captions of the first validation batch, each target's top 5 under each condition.
+        parser.add_lightning_class_args(ExamplePredictions, "examples")
         # `predict` streams its results to --prediction_writer.output (JSON Lines, atomically).
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         # BLEU-4 / CIDEr-D of generated captions at validation and test (generation runs only).

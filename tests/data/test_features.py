@@ -165,7 +165,7 @@ def test_fit_with_a_frozen_tower_trains_on_cached_features(datamodule, tmp_path,
         datamodule.num_workers = 1
     config = tiny_config(datamodule.num_tokens)
     module = MaskedLMModule(net=config, vocab_size=datamodule.num_tokens,
-                            freeze_image=ImageFreeze("tower"), num_examples=0)
+                            freeze_image=ImageFreeze("tower"))
     tower_before = {k: v.clone() for k, v in module.net.image_tower.state_dict().items()}
     spy = BatchKeys()
     trainer = L.Trainer(**RUN_LENGTHS[length], val_check_interval=3, limit_val_batches=1,
@@ -200,7 +200,7 @@ def test_fit_with_a_frozen_cnn_trains_the_rest_of_the_tower_on_its_cached_output
     datamodule.image_size = 64
     datamodule.train_transform = None  # the loss comparison below reads the pictures as they are
     module = MaskedLMModule(net=config, vocab_size=datamodule.num_tokens,
-                            freeze_image=ImageFreeze("backbone"), num_examples=0)
+                            freeze_image=ImageFreeze("backbone"))
     tower = module.net.image_tower
     backbone_before = {k: v.clone() for k, v in tower.patch_embed.backbone.state_dict().items()}
     rest_before = {k: v.clone() for k, v in tower.state_dict().items()

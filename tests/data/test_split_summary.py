@@ -18,7 +18,7 @@ from vitbert.shapes import ShapesSource
 # 40 file names whose hash split puts 38 photos in train, none in val and 2 in test.
 FORTY = [f"{1000000 + i}.jpg" for i in range(40)]
 # The embedded default's objectives but the twin contrast: twin photos are the shapes source's.
-TINY = [*TINY_MODEL, *objectives("itc", "words", "captions", "mlm"), "--model.num_examples", "0",
+TINY = [*TINY_MODEL, *objectives("itc", "words", "captions", "mlm"), "--examples.num_examples", "0",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 
 

@@ -180,7 +180,7 @@ def test_one_setting_brings_the_architecture_the_weights_and_the_tokenizer(
                 "--trainer.accelerator", "cpu", "--trainer.devices", "1",
                 "--trainer.precision", "32-true", "--trainer.max_steps", "1",
                 "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
-                "--model.num_examples", "0",
+                "--examples.num_examples", "0",
                 "--data.source.init_args.root", str(karpathy_flickr),
                 "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
                 "--data.source.init_args.prepare_workers", "0", "--data.num_workers", "0"])

@@ -17,7 +17,7 @@ from vitbert.cli import main
 from vitbert.lit.module import MaskedLMModule
 from vitbert.lit.objectives import MaskedLM, WordDetection
 
-TINY = [*TINY_MODEL, "--model.num_examples", "0",
+TINY = [*TINY_MODEL, "--examples.num_examples", "0",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 WORD_HEAD = ["word_head.classifier.weight", "word_head.classifier.bias"]
 

@@ -97,7 +97,7 @@ def _fit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                "--data.source.init_args.num_train", "64", "--data.source.init_args.num_val", "8",
                "--data.source.init_args.num_test", "8", "--data.batch_size", "32",
                "--data.num_workers", "0", "--trainer.max_steps", "1",
-               "--trainer.limit_val_batches", "0", "--model.num_examples", "0", *args]
+               "--trainer.limit_val_batches", "0", "--examples.num_examples", "0", *args]
     return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 

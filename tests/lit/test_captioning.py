@@ -130,7 +130,7 @@ def fit(tmp: Path, *extra: str):
                  "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",
                  "--trainer.log_every_n_steps", "1", "--trainer.enable_progress_bar", "false",
                  "--trainer.default_root_dir", str(tmp), "--checkpoint.dirpath",
-                 str(tmp / "checkpoints"), "--model.num_examples", "0", *extra])
+                 str(tmp / "checkpoints"), "--examples.num_examples", "0", *extra])
 
 
 @pytest.mark.parametrize(("share", "method"), [(0.0, "greedy"), (1.0, "greedy"),

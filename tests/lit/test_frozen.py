@@ -45,13 +45,13 @@ def test_the_setting_as_a_config_writes_it_and_as_the_checkpoint_keeps_it(tmp_pa
     parsed = train_cli(args).parser.parse_args(args).fit.model
     assert (parsed.freeze_image.part, parsed.freeze_image.steps) == ("tower", 20)
 
-    module = MaskedLMModule(hybrid(), freeze_image=ImageFreeze("backbone"), num_examples=0)
+    module = MaskedLMModule(hybrid(), freeze_image=ImageFreeze("backbone"))
     assert module.hparams["freeze_image"] == {"part": "backbone", "steps": None}
     torch.save({"hyper_parameters": dict(module.hparams)}, tmp_path / "h.ckpt")
     stored = torch.load(tmp_path / "h.ckpt", weights_only=True)["hyper_parameters"]
-    again = MaskedLMModule(stored["net"], freeze_image=stored["freeze_image"], num_examples=0)
+    again = MaskedLMModule(stored["net"], freeze_image=stored["freeze_image"])
     assert again.freeze_image == ImageFreeze("backbone")
-    assert MaskedLMModule(vit(), num_examples=0).hparams["freeze_image"] is None
+    assert MaskedLMModule(vit()).hparams["freeze_image"] is None
 
 
 def test_fit_help_explains_the_setting_and_its_fields(capsys):
@@ -82,7 +82,7 @@ def test_a_setting_that_cannot_work_says_the_fix_in_one_line(setting, says):
 
 def test_a_backbone_needs_a_tower_with_a_cnn():
     with pytest.raises(ConfigError, match=r"this tower \(vit\) has none: set image.kind: hybrid"):
-        MaskedLMModule(vit(), freeze_image=ImageFreeze("backbone"), num_examples=0)
+        MaskedLMModule(vit(), freeze_image=ImageFreeze("backbone"))
 
 
 def step(callback: FrozenImageTower, module: MaskedLMModule, global_step: int) -> None:
@@ -91,7 +91,7 @@ def step(callback: FrozenImageTower, module: MaskedLMModule, global_step: int) -
 
 @pytest.mark.parametrize("part", ["tower", "backbone"])
 def test_a_part_frozen_for_some_steps_is_fixed_in_eval_mode_then_trains(part):
-    module = MaskedLMModule(hybrid(), freeze_image=ImageFreeze(part, steps=3), num_examples=0)
+    module = MaskedLMModule(hybrid(), freeze_image=ImageFreeze(part, steps=3))
     [callback] = [c for c in module.configure_callbacks() if isinstance(c, FrozenImageTower)]
     frozen = frozen_module(module.net, part)
     module.train()
@@ -106,7 +106,7 @@ def test_a_part_frozen_for_some_steps_is_fixed_in_eval_mode_then_trains(part):
 
 
 def test_a_backbone_frozen_for_the_whole_run_never_trains_and_the_rest_does():
-    module = MaskedLMModule(hybrid(), freeze_image=ImageFreeze("backbone"), num_examples=0)
+    module = MaskedLMModule(hybrid(), freeze_image=ImageFreeze("backbone"))
     [callback] = [c for c in module.configure_callbacks() if isinstance(c, FrozenImageTower)]
     tower = module.net.image_tower
     assert not any(p.requires_grad for p in tower.patch_embed.backbone.parameters())

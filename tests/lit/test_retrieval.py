@@ -125,7 +125,7 @@ def test_the_callback_on_a_tiny_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     common = [*tiny_shapes(tmp_path / "shapes", num_train=128), *TINY_MODEL,
               "--trainer.max_steps", "2", "--trainer.enable_progress_bar", "false",
-              "--model.num_examples", "0",
+              "--examples.num_examples", "0",
               "--captions.num_images", "0", "--retrieval.num_images", "32"]
     cli = main(["fit", *common])  # the embedded default lists the contrastive objective
     logged = cli.trainer.callback_metrics

@@ -22,7 +22,7 @@ LATEST_CKPT = Path("runs/latest/checkpoints/last.ckpt")
 def fit(tmp: Path, *extra: str) -> None:
     main(["fit", *TINY_MODEL, *tiny_shapes(tmp / "shapes", num_train=128), "--trainer.max_steps",
           "2", "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
-          "--model.num_examples", "0", "--captions.num_images", "0",
+          "--examples.num_examples", "0", "--captions.num_images", "0",
           *extra])
 
 

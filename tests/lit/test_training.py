@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_MODEL, objectives
+from helpers import TINY_MODEL, objectives, write_tiny_bert
 from tiny_run import tiny_shapes
 
 from vitbert.cli import main
@@ -218,12 +218,13 @@ def test_bf16_mixed_training_steps_are_finite(tmp_path, monkeypatch):
 def test_flickr30k_config_fast_dev_run_bf16_on_cpu(tmp_path, monkeypatch, karpathy_flickr):
     monkeypatch.chdir(tmp_path)
     config = Path(__file__).resolve().parents[2] / "configs" / "flickr30k.yaml"
+    write_tiny_bert(tmp_path / "bert", positions=64)
     small = [
         "--model.net.image.image_size", "32", "--model.net.image.patch_size", "16",
         "--model.net.image.dim", "32", "--model.net.image.depth", "1",
         "--model.net.image.num_heads", "2", "--model.net.image.pretrained", "null",
-        "--model.net.text.dim", "32", "--model.net.text.depth", "1",
-        "--model.net.text.num_heads", "2",
+        # bert-base-uncased's place: a tiny BERT in transformers' files (its layout, bf16 too)
+        "--model.net.text.pretrained", str(tmp_path / "bert"),
     ]
     cli = main([
         "fit", "--config", str(config), *small,
@@ -319,7 +320,7 @@ def test_pretrained_image_weights_load_at_fit_start_only(tmp_path, monkeypatch):
 def test_validate_prints_examples_at_the_checkpoints_step(trained, tmp_path, monkeypatch, capsys):
     tmp, _ = trained
     monkeypatch.chdir(tmp_path)
-    main(["validate", *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--model.num_examples", "2",
+    main(["validate", *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--examples.num_examples", "2",
           "--trainer.enable_progress_bar", "false",
           "--ckpt_path", str(tmp / "run" / "checkpoints" / "last.ckpt")])
     out = capsys.readouterr().out
@@ -342,7 +343,8 @@ def test_validate_and_test_end_with_the_table_fit_ends_with(
     """Conditions as rows, metrics as columns, the checkpoint's step; not Lightning's table."""
     tmp, _ = trained
     monkeypatch.chdir(tmp_path)
-    cli = main([subcommand, *TINY_MODEL, *tiny_shapes(tmp / "shapes"), "--model.num_examples", "0",
+    cli = main([subcommand, *TINY_MODEL, *tiny_shapes(tmp / "shapes"),
+                "--examples.num_examples", "0",
                 "--trainer.enable_progress_bar", "false",
                 "--ckpt_path", str(tmp / "run" / "checkpoints" / "last.ckpt")])
     out = capsys.readouterr().out

@@ -18,7 +18,6 @@ from torch import Tensor, nn
 from vitbert.data.tokenizer import tokenizer_to_json
 from vitbert.decoding import prediction_records, show_targets_as_mask
 from vitbert.io import TOKENIZER_KEY, initialize, stored_tokenizer
-from vitbert.lit.callbacks import ExamplePredictions
 from vitbert.lit.conditions import read
 from vitbert.lit.frozen import FrozenImageTower, ImageFreeze, frozen_module, image_freeze
 from vitbert.lit.metrics import MaskedLMMetrics
@@ -53,14 +52,13 @@ class MaskedLMModule(L.LightningModule):
             CNN, for its first N optimiser steps or (null) the whole run, its output per photo
             then computed once into a feature cache; unset, nothing is.
             ``--model.freeze_image.help`` explains each field (`vitbert.lit.frozen`).
-        num_examples: example predictions printed at each validation.
     """
 
     def __init__(self, net: VitBertConfig = VitBertConfig(),  # noqa: B008 (plain, unchanged)
                  objectives: list[Objective] | None = None,
                  optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
                  vocab_size: int = 0, pad_token_id: int = 0, init_from: str | None = None,
-                 freeze_image: ImageFreeze | None = None, num_examples: int = 3) -> None:
+                 freeze_image: ImageFreeze | None = None) -> None:
         super().__init__()
         net = net if isinstance(net, VitBertConfig) else VitBertConfig.from_dict(net)
         if vocab_size:
@@ -105,9 +103,7 @@ class MaskedLMModule(L.LightningModule):
                 print(report)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        examples = self.hparams.num_examples
-        return ([FrozenImageTower(self.freeze_image)]
-                + ([ExamplePredictions(examples)] if examples else []))
+        return [FrozenImageTower(self.freeze_image)]
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         claimed_by = next((o for o in self.objectives if o.claims_batch()), None)
