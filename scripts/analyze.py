@@ -12,7 +12,7 @@ object's shape, a shape not in the picture, none), and where the model looks whe
 to write a shape (its attention on the object the colour before names, and on the other one);
 see ``vitbert.shapes.analysis``.
 
-``--binding``: the binding swap tests instead (``vitbert.lit.binding``): every caption of
+``--binding``: the binding swap tests instead (``vitbert.shapes.binding``): every caption of
 ``--num-images`` pictures against copies with what is bound to what changed (on the shapes: the
 colours swapped, the shapes swapped, the relation turned; elsewhere two content words swapped),
 scored by the pseudo-log-likelihood with the photo and without, and by fill-mask; chance is 50%.
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="score written captions per object instead (shapes data only)")
     parser.add_argument("--binding", action="store_true",
                         help="the binding swap tests instead: the true caption against copies "
-                             "with what is bound to what changed (vitbert.lit.binding)")
+                             "with what is bound to what changed (vitbert.shapes.binding)")
     parser.add_argument("--retrieval", action="store_true",
                         help="image-text retrieval R@k both ways instead (a model trained with "
                              "the contrastive objective; vitbert.lit.retrieval)")

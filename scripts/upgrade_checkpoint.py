@@ -8,7 +8,8 @@ What it reads anew, a setting at a time:
   at the network's top level: the shapes package reads them as its ``BindingLevers``
   (``vitbert.shapes.model.read_pre_extension_levers``);
 - ``image.backbone_pool: true`` (a hybrid tower's CNN output averaged to one cell) is
-  ``image.backbone_grid: 1``.
+  ``image.backbone_grid: 1``;
+- the heads of objectives since removed (:data:`REMOVED_HEADS`) are left out, and named.
 
 The core's loaders refuse such a file with one line that names this script:
 
@@ -33,6 +34,10 @@ from vitbert.io import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, CheckpointErro
 from vitbert.io.files import load_tensors_file, safetensors_bytes, write_shared
 from vitbert.shapes.model import read_pre_extension_levers
 
+# Heads of objectives since removed, with why: an upgraded file is written without them.
+REMOVED_HEADS = {"itm_head": "image-text matching's head: that objective was removed (it "
+                             "measured below the contrastive score alone)"}
+
 
 def upgraded(config: dict, weights: dict) -> tuple[dict, dict]:
     """A network's config (plain values) and weights, each older setting read anew."""
@@ -43,10 +48,18 @@ def upgraded(config: dict, weights: dict) -> tuple[dict, dict]:
     return {**config, "image": image}, weights
 
 
-def upgrade_checkpoint(source: Path, out: Path) -> None:
-    """A Lightning ``.ckpt``: its network's config and ``net.*`` weights read anew."""
+def without_removed_heads(weights: dict) -> tuple[dict, list[str]]:
+    """``weights`` without the tensors of :data:`REMOVED_HEADS`, and what was left out."""
+    dropped = sorted({key.split(".", 1)[0] for key in weights} & set(REMOVED_HEADS))
+    kept = {key: value for key, value in weights.items() if key.split(".", 1)[0] not in dropped}
+    return kept, [f"left out {head} ({REMOVED_HEADS[head]})" for head in dropped]
+
+
+def upgrade_checkpoint(source: Path, out: Path) -> list[str]:
+    """A Lightning ``.ckpt``: its network's config and ``net.*`` weights read anew; what was
+    left out."""
     checkpoint = load_tensors_file(source)
-    weights = checkpoint["state_dict"]
+    weights, said = without_removed_heads(checkpoint["state_dict"])
     net = {key.removeprefix("net."): value for key, value in weights.items()
            if key.startswith("net.")}
     config, net = upgraded(checkpoint["hyper_parameters"]["net"], net)
@@ -54,23 +67,25 @@ def upgrade_checkpoint(source: Path, out: Path) -> None:
     checkpoint["state_dict"] = ({k: v for k, v in weights.items() if not k.startswith("net.")}
                                 | {f"net.{k}": v for k, v in net.items()})
     torch.save(checkpoint, out)
+    return said
 
 
-def upgrade_exported(source: Path, out: Path) -> None:
+def upgrade_exported(source: Path, out: Path) -> list[str]:
     """An exported folder: config.json and model.safetensors read anew (its header kept), the
-    tokenizer copied."""
+    tokenizer copied; what was left out."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
     with safe_open(source / WEIGHTS_FILE, "pt") as stored:
         metadata = stored.metadata() or {}
-    config, weights = upgraded(json.loads((source / CONFIG_FILE).read_text()),
-                               load_file(source / WEIGHTS_FILE))
+    weights, said = without_removed_heads(load_file(source / WEIGHTS_FILE))
+    config, weights = upgraded(json.loads((source / CONFIG_FILE).read_text()), weights)
     out.mkdir(parents=True, exist_ok=True)
     write_shared(out / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
     write_shared(out / WEIGHTS_FILE, safetensors_bytes(weights, metadata))
     if (source / TOKENIZER_FILE).is_file():
         shutil.copyfile(source / TOKENIZER_FILE, out / TOKENIZER_FILE)
+    return said
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,16 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.source.is_dir():
-            upgrade_exported(args.source, args.out)
+            said = upgrade_exported(args.source, args.out)
         elif args.source.is_file():
-            upgrade_checkpoint(args.source, args.out)
+            said = upgrade_checkpoint(args.source, args.out)
         else:
             raise CheckpointError(f"{args.source}: no such file or folder")
     except (CheckpointError, KeyError) as error:
         print(f"error: {args.source}: not a vitbert checkpoint or exported folder ({error})",
               file=sys.stderr)
         return 2
-    print(f"wrote {args.out}")
+    print("\n".join([*said, f"wrote {args.out}"]))
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -377,9 +376,3 @@ class CaptionDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.predict_split, train=False)
-
-
-def describe(dm: CaptionDataModule) -> str:
-    """One line for logs: sizes of the splits and the vocabulary."""
-    sizes = {s: len(dm.dataset(s)) for s in SPLITS}
-    return json.dumps({"cache": str(dm.cache_dir), "captions": sizes, "vocab": dm.num_tokens})

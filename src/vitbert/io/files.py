@@ -49,11 +49,6 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")  # what a config passed by
 # (vitbert.models.heads), each with the objective that trains it (a report names it when a run
 # has no such head, or its source had none).
 HEADS = {"word_head": "vitbert.lit.objectives.WordDetection"}
-# Heads of objectives since removed, with why: a file that holds one still loads, without it.
-REMOVED_HEADS = {"itm_head": "image-text matching's head; that objective was removed (it measured "
-                             "below the contrastive score alone)"}
-# A word pointer was a decoding add-on of an older version still; it is gone.
-REMOVED_WEIGHTS = "pointer."
 
 
 class CheckpointError(ValueError):
@@ -67,8 +62,7 @@ class StoredModel:
     ``config`` and ``tokenizer_json`` are None for weights that come without them (timm's).
     ``heads``: the training heads' tensors (:data:`HEADS`), named as in a checkpoint
     (``word_head.classifier.weight``); not part of the network ``state_dict`` builds.
-    ``ignored``: the names of the file's tensors that are neither, which nothing reads (a
-    removed head's, :data:`REMOVED_HEADS`).
+    ``ignored``: the names of a checkpoint's tensors that are neither, which nothing reads.
     """
 
     config: VitBertConfig | None
@@ -128,12 +122,8 @@ def read_checkpoint(path: str | Path) -> StoredModel:
 
 def upgraded(config: dict[str, Any], state_dict: dict[str, Tensor], path: Path
              ) -> tuple[VitBertConfig, dict[str, Tensor]]:
-    """A stored network's config and weights as this version builds them. A file of an older
-    version whose settings this one does not know, or that holds the word pointer (an add-on
-    removed long ago), is refused with the fix."""
-    if any(key.startswith(REMOVED_WEIGHTS) for key in state_dict):
-        raise CheckpointError(f"{path}: holds the word pointer, a decoding add-on removed from "
-                              f"vitbert; load it with the version that wrote it, or train anew")
+    """A stored network's config and weights as this version builds them; a file of an older
+    version whose settings this one does not know is refused with the fix."""
     try:
         return VitBertConfig.from_dict(config), state_dict
     except TypeError as error:  # a setting this version does not have
@@ -207,13 +197,10 @@ def _read_exported(folder: Path) -> StoredModel:
     tokenizer_json = tokenizer_path.read_text() if tokenizer_path.is_file() else None
     weights = load_file(folder / WEIGHTS_FILE)
     heads = {key: weights.pop(key) for key in list(weights) if is_head_weight(key)}
-    ignored = [key for key in list(weights) if key.split(".", 1)[0] in REMOVED_HEADS]
-    for key in ignored:
-        del weights[key]
     config, state_dict = upgraded(json.loads((folder / CONFIG_FILE).read_text()), weights,
                                   folder)
     state_dict.setdefault(TIED_KEY, state_dict[TIED_SOURCE])  # stored once: see write_exported
-    return StoredModel(config, state_dict, tokenizer_json, str(folder), heads, ignored)
+    return StoredModel(config, state_dict, tokenizer_json, str(folder), heads)
 
 
 def safetensors_bytes(state: dict[str, Tensor], metadata: dict[str, str] | None = None) -> bytes:

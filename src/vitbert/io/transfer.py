@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from vitbert.data.tokenizer import tokenizer_from_json
-from vitbert.io.files import HEADS, REMOVED_HEADS, TIED_KEY, StoredModel
+from vitbert.io.files import HEADS, TIED_KEY, StoredModel
 from vitbert.models.vit import ViT
 
 # Rows of these tensors are indexed by token id: on a vocabulary change they are matched by text.
@@ -168,9 +168,7 @@ def transfer_weights(model: nn.Module, source: StoredModel, tokenizer=None, *,
     if misfits and strict:
         raise ValueError(f"these tensors from {source.source} do not fit the model (check its "
                          "config: width, depth, patch size, kind):\n  " + "\n  ".join(misfits))
-    report.skipped += misfits + [f"{name} ({REMOVED_HEADS[name.split('.', 1)[0]]})"
-                                 for name in source.ignored
-                                 if name.split(".", 1)[0] in REMOVED_HEADS]
+    report.skipped += misfits
     with torch.no_grad():
         for name, (value, rows) in updates.items():
             if rows is None:
