@@ -26,7 +26,7 @@ from transformers import PreTrainedTokenizerFast
 
 from .augment import random_resized_crop
 from .cache import SPLITS, DataError
-from .features import FeatureDataset, ImageFeatures
+from .features import ImageFeatures
 from .masking import MLMCollator
 from .resume import eval_loader, resumable_loader
 from .sources import DataSource, LoaderOptions
@@ -38,30 +38,27 @@ STAGE_VERB = {"fit": "train on", "validate": "validate", "test": "test", "predic
 
 class TrainingSplit(Dataset):
     """The training split as the training loader reads it: each caption with its photo's pixels,
-    or, once the data module
-    is told to use a frozen part's feature cache (:meth:`CaptionDataModule.use_image_features`),
-    with that part's cached output (`vitbert.data.features.FeatureDataset`).
+    or, once the data module is told to use a frozen part's feature cache
+    (:meth:`CaptionDataModule.use_image_features`), with that part's cached output.
 
     One object per data module, switched in place: Lightning builds the training loader before
     the fit starts (to count the schedule's steps) and keeps it, while the cache is built at fit
-    start (`vitbert.lit.frozen`); the loader holds this object, and its worker processes take
-    their copy of it at its first batch, after the switch, so the loader Lightning built serves
-    the cache. (A loader whose persistent workers have already started keeps what they copied.)
+    start (`vitbert.lit.frozen`); the loader holds this object, and its worker processes copy it
+    at its first batch, after the switch. (Persistent workers already started keep their copy.)
     """
 
     def __init__(self, captions: Dataset) -> None:
-        self.captions = captions  # the split's CaptionDataset: `captions`, `rows`
-        self.features: FeatureDataset | None = None
+        self.captions = self.served = captions  # the split's CaptionDataset: `captions`, `rows`
 
     def use(self, features: ImageFeatures | None) -> None:
         """Serve ``features``' cached rows from now on; None: the pixels again."""
-        self.features = None if features is None else features.wrap(self.captions)
+        self.served = self.captions if features is None else features.wrap(self.captions)
 
     def __len__(self) -> int:
         return len(self.captions)  # type: ignore[arg-type]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return (self.captions if self.features is None else self.features)[i]
+        return self.served[i]
 
 
 def evaluation_mlm_probability(mlm_probability: float,

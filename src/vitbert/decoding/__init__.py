@@ -18,32 +18,26 @@ from vitbert.decoding.generate import (
     sample,
 )
 from vitbert.decoding.guesses import (
-    Guess,
     fill,
     guesses,
-    masked_text,
     prediction_records,
     show_targets_as_mask,
     special_token_ids,
-    top_k,
 )
 from vitbert.decoding.rerank import rerank, sample_and_rerank
 
 __all__ = [
     "CaptionTokens",
     "Generated",
-    "Guess",
     "beam_search",
     "fill",
     "greedy",
     "guesses",
     "mask_predict",
-    "masked_text",
     "prediction_records",
     "rerank",
     "sample",
     "sample_and_rerank",
     "show_targets_as_mask",
     "special_token_ids",
-    "top_k",
 ]

@@ -297,9 +297,8 @@ def mask_predict(model, tokens: CaptionTokens, images: Tensor | None,
             log_probs = logits.float().log_softmax(dim=-1)
             log_probs[..., [*tokens.banned, tokens.sep]] = NEG_INF
             # Left to right, each hidden piece is the likeliest that repeats neither the piece
-            # before it (known, or filled a moment ago) nor a known one after it. An MLM unsure
-            # of a span gives every position of it the same word ("a dog dog is"): on the
-            # Flickr8k recipe's model 85 of 200 dev captions did, none since (docs/real-photos.md).
+            # before it nor a known one after it: an MLM unsure of a span gives every position
+            # of it the same word ("a dog dog is").
             pieces = ids[:, 1:-1]  # (B, N), a view: filled in place
             for t in range(N):
                 rows = hidden[:, t]  # (B,)

@@ -11,7 +11,6 @@
 
 from vitbert.io.files import (
     CONFIG_FILE,
-    HEADS,
     TIED_KEY,
     TIED_SOURCE,
     TOKENIZER_FILE,
@@ -19,8 +18,6 @@ from vitbert.io.files import (
     WEIGHTS_FILE,
     CheckpointError,
     StoredModel,
-    build_model,
-    check_same_vocabulary,
     is_head_weight,
     not_a_checkpoint,
     read_checkpoint,
@@ -39,7 +36,6 @@ from vitbert.io.transfer import TransferReport, transfer_weights
 
 __all__ = [
     "CONFIG_FILE",
-    "HEADS",
     "TIED_KEY",
     "TIED_SOURCE",
     "TOKENIZER_FILE",
@@ -48,8 +44,6 @@ __all__ = [
     "CheckpointError",
     "StoredModel",
     "TransferReport",
-    "build_model",
-    "check_same_vocabulary",
     "export",
     "export_and_describe",
     "initialize",

@@ -44,18 +44,15 @@ from vitbert.models.config import TextTowerConfig
 
 BERT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "vocab.txt",
               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-# Per block: BERT's module → ours (both with .weight and .bias).
+# BERT's module → ours, each with .weight and .bias: per block, then the rest; then single tensors.
 BLOCK_NAMES = {"attention.output.dense": "attn.proj", "attention.output.LayerNorm": "norm1",
                "intermediate.dense": "mlp.fc1", "output.dense": "mlp.fc2",
                "output.LayerNorm": "norm2"}
-OTHER_NAMES = {"embeddings.word_embeddings.weight": "text.embeddings.word.weight",
-               "embeddings.LayerNorm.weight": "text.embeddings.norm.weight",
-               "embeddings.LayerNorm.bias": "text.embeddings.norm.bias",
-               "cls.predictions.transform.dense.weight": "mlm_head.dense.weight",
-               "cls.predictions.transform.dense.bias": "mlm_head.dense.bias",
-               "cls.predictions.transform.LayerNorm.weight": "mlm_head.norm.weight",
-               "cls.predictions.transform.LayerNorm.bias": "mlm_head.norm.bias",
-               "cls.predictions.bias": "mlm_head.decoder.bias"}
+MODULE_NAMES = {"embeddings.LayerNorm": "text.embeddings.norm",
+                "cls.predictions.transform.dense": "mlm_head.dense",
+                "cls.predictions.transform.LayerNorm": "mlm_head.norm"}
+TENSOR_NAMES = {"embeddings.word_embeddings.weight": "text.embeddings.word.weight",
+                "cls.predictions.bias": "mlm_head.decoder.bias"}
 POSITIONS = "embeddings.position_embeddings.weight"
 TOKEN_TYPES = "embeddings.token_type_embeddings.weight"
 
@@ -116,16 +113,18 @@ def read_bert_state(folder: Path) -> dict[str, Tensor]:
             .replace("LayerNorm.beta", "LayerNorm.bias"): value for key, value in state.items()}
 
 
-def _block_names(depth: int) -> dict[str, str]:
-    return {f"encoder.layer.{i}.{theirs}.{kind}": f"text.encoder.blocks.{i}.{ours}.{kind}"
-            for i in range(depth) for theirs, ours in BLOCK_NAMES.items()
-            for kind in ("weight", "bias")}
+def _names(depth: int) -> dict[str, str]:
+    """Every tensor's BERT name → ours, but the position and token-type tables and q, k, v."""
+    modules = MODULE_NAMES | {f"encoder.layer.{i}.{theirs}": f"text.encoder.blocks.{i}.{ours}"
+                              for i in range(depth) for theirs, ours in BLOCK_NAMES.items()}
+    return TENSOR_NAMES | {f"{theirs}.{kind}": f"{ours}.{kind}" for theirs, ours in modules.items()
+                           for kind in ("weight", "bias")}
 
 
 def from_bert_names(state: dict[str, Tensor], text: TextTowerConfig) -> dict[str, Tensor]:
     """BERT's tensors (:func:`read_bert_state`) under our names (module doc); the ones we have no
     place for (the pooler) keep theirs, so a transfer names them as not used."""
-    names = OTHER_NAMES | _block_names(text.depth)
+    names = _names(text.depth)
     state = dict(state)
     ours = {names[key]: state.pop(key) for key in list(state) if key in names}
     if "cls.predictions.decoder.bias" in state:  # older files keep the bias on the decoder
@@ -149,7 +148,7 @@ def from_bert_names(state: dict[str, Tensor], text: TextTowerConfig) -> dict[str
 def to_bert_names(state: dict[str, Tensor], text: TextTowerConfig) -> dict[str, Tensor]:
     """Our text tower's and MLM head's tensors under ``BertForMaskedLM``'s names: the inverse of
     :func:`from_bert_names` (the tied decoder weight is not stored: transformers ties it)."""
-    theirs = {ours: name for name, ours in (OTHER_NAMES | _block_names(text.depth)).items()}
+    theirs = {ours: name for name, ours in _names(text.depth).items()}
     out = {("" if name.startswith("cls.") else "bert.") + name: state[ours]
            for ours, name in theirs.items()}
     out["bert." + POSITIONS] = state["text.embeddings.position.weight"]

@@ -6,12 +6,9 @@ A part that never changes during the run gives a photo the same output every epo
 computed once and read back instead of run:
 
 * ``part: tower``: the whole tower (on the Flickr30k model 35 of the 37 forward GFLOP of a
-  sample); the cache holds its image features, `VitBert.image_features` (P, N, D_img), under
-  the batch key ``FEATURES_KEY``, and training runs only the projector and the text side;
+  sample); the cache holds its image features and training runs only the text side;
 * ``part: backbone``: a hybrid tower's CNN (a pretrained EfficientNet, say); the cache holds its
-  feature map (P, C, h, w), or it averaged to (P, C, g, g) with ``image.backbone_grid``, under
-  ``BACKBONE_KEY``, and every part after the CNN (projection, blocks, pooling) trains from it
-  (`ViT.forward_backbone_features`).
+  feature map, and every part after the CNN trains from it (`ViT.forward_backbone_features`).
 
 The files (their names, float16 rows, the .json written last) are the data layer's
 (`vitbert.data.features`); what goes into them is decided here. The key hashes the image cache's
@@ -26,15 +23,11 @@ The part runs in eval mode (no stochastic depth, BatchNorm's running statistics)
 a frozen part is a fixed function, and these make its one pass several times faster than the
 obvious loop (``scripts/bench.py --sections cache``).
 
-When and how the loaders get it: pretrained weights are loaded at fit start, so the cache is built
-in :class:`FrozenImageTower`'s ``on_fit_start``, after every load (pretrained, fine-tune, resume)
-and on the training device, by rank zero while the others wait at the strategy's barrier; then the
-data module is told to use it (`CaptionDataModule.use_image_features`). Lightning builds the
-training loader before that (``trainer.estimated_stepping_batches``, the schedule's length, in
-``configure_optimizers``) and keeps it: that loader holds the data module's training split, which
-switches from pixels to the cached rows in place, and its workers start at the first batch, after
-the switch, so the loader Lightning built serves the cache. Validation's loaders are built after
-fit start and read the cache from the start.
+When: pretrained weights are loaded at fit start, so the cache is built in
+:class:`FrozenImageTower`'s ``on_fit_start``, after every load (pretrained, fine-tune, resume) and
+on the training device, by rank zero while the others wait; then the data module serves it
+(`CaptionDataModule.use_image_features`: its training split switches in place, so the loader
+Lightning built before the fit started serves the cache too).
 """
 
 from __future__ import annotations

@@ -81,18 +81,10 @@ def masked_logits(net: VitBert, batch: Batch, features: Tensor | None,
                target_mask=batch["labels"] != IGNORE_INDEX, mode=mode)
 
 
-def masked_lm_losses(net: VitBert, batch: Batch, features: Tensor,
-                     mode: AttentionMode = "bidirectional") -> tuple[Tensor, Tensor]:
-    """The cross-entropy (M,) at each of the batch's M targets, each caption seeing its own
-    photo, and the true piece there (M,). The loss is taken in fp32 (the model never casts)."""
-    logits = masked_logits(net, batch, features, mode)  # (M, V)
-    pieces = batch["labels"][batch["labels"] != IGNORE_INDEX]  # (M,)
-    return F.cross_entropy(logits.float(), pieces, reduction="none"), pieces
-
-
 def masked_lm_loss(net: VitBert, batch: Batch, features: Tensor,
                    mode: AttentionMode = "bidirectional") -> Tensor:
-    """Mean cross-entropy over the batch's targets (:func:`masked_lm_losses`)."""
+    """Mean cross-entropy (in fp32: the model never casts) over the batch's targets, each caption
+    seeing its photo among the image ``features`` (or no image: None)."""
     logits = masked_logits(net, batch, features, mode)  # (M, V)
     return F.cross_entropy(logits.float(), batch["labels"][batch["labels"] != IGNORE_INDEX])
 

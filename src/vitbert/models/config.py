@@ -79,10 +79,8 @@ class ImageTowerConfig(TowerConfig):
     """Channels of the two 3×3 convs of ``conv_stem``."""
     attention_radius: int | None = None
     """Each patch attends only to the patches at most this many rows and columns away (a
-    (2r+1)² window); null = every patch, as in ViT and in every pretrained ViT's weights. Local
-    attention keeps a token about its own object: configs/default.yaml sets 2 for the embedded
-    shapes, whose objects came out tied to their training colours with global attention
-    (README)."""
+    (2r+1)² window), so its token stays about its own object; null = every patch, as in ViT and
+    in every pretrained ViT's weights."""
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     """Per-channel pixel mean subtracted before the tower; it belongs to the pretrained weights."""
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
