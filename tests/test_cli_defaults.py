@@ -27,9 +27,9 @@ CONFIGS = DEFAULT_CONFIG.parent
 # The configs that train on photos: none may need anything made for the shapes data.
 # Word detection's weight in each photo config: 3 as measured on the 500-photo development set,
 # and what the Flickr8k recipe chose on its dev split (docs/real-photos.md).
-WORD_DETECTION = {"flickr8k_cpu": [1.0]}
+WORD_DETECTION = {"flickr8k_cpu": [1.0], "flickr8k_bert": [1.0]}
 PHOTO_CONFIGS = ["flickr30k", "flickr30k_hybrid", "flickr30k_patches", "flickr_small", "web",
-                 "flickr8k_cpu"]
+                 "flickr8k_cpu", "flickr8k_bert"]
 SHAPES = "vitbert.shapes"
 ABSENT = "<absent>"  # a key the parsed tree does not have (a subclass setting of no class)
 

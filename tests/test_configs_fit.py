@@ -1,6 +1,6 @@
 """Every photo config trains, as written, with the plain objectives list.
 
-Each of configs/flickr30k*.yaml, flickr_small.yaml, web.yaml and flickr8k_cpu.yaml fits two
+Each of configs/flickr30k*.yaml, flickr_small.yaml, web.yaml and flickr8k_*.yaml fits two
 steps on the CPU with only what a CPU test must change set on the command line: 32-bit, one
 device, a tiny image and widths, no pretrained weights (random ones in their place; a config that
 names a pretrained BERT gets a tiny random one the test writes in transformers' format), and photos
@@ -20,7 +20,7 @@ from helpers import REPO, WORDS, write_tiny_bert
 
 CONFIGS = REPO / "configs"
 PHOTO_CONFIGS = ("flickr30k", "flickr30k_hybrid", "flickr30k_patches", "flickr_small", "web",
-                 "flickr8k_cpu")
+                 "flickr8k_cpu", "flickr8k_bert")
 # What the test changes: the CPU, two steps, tiny sizes, random weights, its own folders.
 CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
        "--trainer.num_nodes", "1", "--trainer.precision", "32-true", "--trainer.max_steps", "2",
@@ -40,6 +40,7 @@ SIZES = {  # each tower at a tiny image: its patch or its CNN's stride divides i
                          "--model.net.image.hybrid_layers", "[]"],  # the ResNetV2 stem alone
     "flickr_small": [],
     "flickr8k_cpu": ["--model.net.image.image_size", "32"],
+    "flickr8k_bert": ["--model.net.image.image_size", "64"],  # a 2x2 grid of its 2x2 map
 }
 
 

