@@ -100,7 +100,8 @@ def describe(name: str, config: VitBertConfig, max_depth: int = 4) -> str:
            f" patches" if image.attention_radius is not None else "")
         + (f", pretrained={image.pretrained}" if image.pretrained else ""),
         f"text:  D={text.dim}, {text.depth} blocks, {text.num_heads} heads, max_len={text.max_len},"
-        f" vocab={config.vocab_size} (decoder tied to the word embedding)",
+        f" vocab={config.vocab_size} (decoder tied to the word embedding), layout {text.layout}"
+        + (f", pretrained={text.pretrained}" if text.pretrained else ""),
         f"image tokens into the text: {model.num_image_tokens} ({config.image_tokens})",
         "",
         f"{'module':<44} {'class':<22} {'parameters':>13}",

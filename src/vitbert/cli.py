@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import logging
 import sys
 import warnings
@@ -349,6 +350,8 @@ def config_net(name: str) -> VitBertConfig:
     net = VitBertConfig.from_dict((config.get("model") or {}).get("net") or {})
     if net.text.pretrained and Path(net.text.pretrained).is_dir():  # the BERT's own sizes
         net.text = text_tower_config(net.text.pretrained, net.text)
+        bert = json.loads((Path(net.text.pretrained) / "config.json").read_text())
+        net.vocab_size = bert["vocab_size"]  # its tokenizer's, which training links
     return net
 
 
