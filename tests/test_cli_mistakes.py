@@ -13,16 +13,28 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
+from helpers import write_tiny_bert
 
 from vitbert.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 FLICKR30K = str(REPO / "configs" / "flickr30k.yaml")
-SMALL_VIT = [  # the Flickr30k config's towers, shrunk: the mistakes do not depend on their size
+SMALL_VIT = [  # the Flickr30k config's image tower, shrunk: the mistakes do not depend on its size
     "--model.net.image.image_size", "32", "--model.net.image.dim", "32",
     "--model.net.image.depth", "1", "--model.net.image.num_heads", "2",
-    "--model.net.text.dim", "32", "--model.net.text.depth", "1", "--model.net.text.num_heads", "2",
 ]
+
+
+@pytest.fixture
+def flickr30k(tmp_path) -> list[str]:
+    """The Flickr30k config with a tiny BERT in bert-base-uncased's place: the hub is offline
+    here, and each mistake below must be the one reported, not the missing BERT."""
+    write_tiny_bert(tmp_path / "bert", positions=64)
+    return ["--config", FLICKR30K, "--model.net.text.pretrained", str(tmp_path / "bert")]
+
+
+# The data mistakes on any machine: the config asks for a GPU, which is its own mistake on a CPU.
+ON_THE_CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1"]
 
 
 def the_one_line(capsys, args: list[str]) -> str:
@@ -37,36 +49,37 @@ def the_one_line(capsys, args: list[str]) -> str:
     return lines[0]
 
 
-def test_flickr30k_config_without_the_data(tmp_path, monkeypatch, capsys):
+def test_flickr30k_config_without_the_data(tmp_path, monkeypatch, capsys, flickr30k):
     monkeypatch.chdir(tmp_path)  # no data/flickr30k here
-    line = the_one_line(capsys, ["fit", "--config", FLICKR30K])
+    line = the_one_line(capsys, ["fit", *flickr30k, *ON_THE_CPU])
     assert line.startswith("error: data root data/flickr30k is not a folder")
     assert "--data.source.init_args.root" in line
 
 
-def test_a_data_root_that_does_not_exist(tmp_path, monkeypatch, capsys):
+def test_a_data_root_that_does_not_exist(tmp_path, monkeypatch, capsys, flickr30k):
     monkeypatch.chdir(tmp_path)
     missing = tmp_path / "nonexistent"
-    line = the_one_line(capsys, ["fit", "--config", FLICKR30K,
+    line = the_one_line(capsys, ["fit", *flickr30k, *ON_THE_CPU,
                                  "--data.source.init_args.root", str(missing)])
     assert line.startswith(f"error: data root {missing} is not a folder")
     assert "--data.source.init_args.root" in line
 
 
-def test_an_empty_data_folder(tmp_path, monkeypatch, capsys):
+def test_an_empty_data_folder(tmp_path, monkeypatch, capsys, flickr30k):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty").mkdir()
-    line = the_one_line(capsys, ["fit", "--config", FLICKR30K,
+    line = the_one_line(capsys, ["fit", *flickr30k, *ON_THE_CPU,
                                  "--data.source.init_args.root", str(tmp_path / "empty")])
     assert line.startswith(f"error: {tmp_path / 'empty'}: no Flickr30k annotation file found")
     assert "dataset_flickr30k.json" in line  # what it looked for
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the mistake is a GPU config without a GPU")
-def test_the_gpu_config_on_a_cpu_machine(tmp_path, monkeypatch, capsys, karpathy_flickr):
+def test_the_gpu_config_on_a_cpu_machine(tmp_path, monkeypatch, capsys, karpathy_flickr,
+                                         flickr30k):
     monkeypatch.chdir(tmp_path)
     line = the_one_line(capsys, [
-        "fit", "--config", FLICKR30K, *SMALL_VIT, "--model.net.image.pretrained", "null",
+        "fit", *flickr30k, *SMALL_VIT, "--model.net.image.pretrained", "null",
         "--data.source.init_args.root", str(karpathy_flickr),
         "--data.source.init_args.cache_dir", str(tmp_path / "cache"),
         "--data.num_workers", "0"])
@@ -129,13 +142,13 @@ def test_export_of_a_config(tmp_path):
     (["--model.freeze_image.steps", "-1"], "model.freeze_image.steps -1: give a number"),
 ])
 def test_objectives_and_towers_that_cannot_work_say_so_in_one_line(karpathy_flickr, tmp_path,
-                                                                    monkeypatch, capsys, flags,
-                                                                    says):
+                                                                    monkeypatch, capsys, flickr30k,
+                                                                    flags, says):
     """The Flickr30k config's objectives with one listed twice, its contrastive objective with no
     contrastive heads, a frozen CNN on a ViT, a negative number of frozen steps: a one-line
     error naming the fix, not a traceback."""
     monkeypatch.chdir(tmp_path)
-    line = the_one_line(capsys, ["fit", "--config", FLICKR30K, *SMALL_VIT,
+    line = the_one_line(capsys, ["fit", *flickr30k, *SMALL_VIT,
                                  "--model.net.image.pretrained", "null",
                                  "--data.source.init_args.root", str(karpathy_flickr),
                                  "--data.min_frequency", "1", *flags])
