@@ -45,6 +45,18 @@ LIGHTNING_OBJECTS = frozenset({
 LIGHTNING_PRIVATE = frozenset({"_trainer", "_fabric", "_combined_loader", "_results"})
 
 
+def lightning_private_methods() -> frozenset[str]:
+    """The private names Lightning's own classes define (LightningCLI's ``_parse_ckpt_path``,
+    ...), torch's excepted (``nn.Module._apply`` is overridden by design): a method of ours by
+    one of these names overrides Lightning's internals."""
+    from lightning.pytorch import Callback, LightningDataModule, LightningModule
+    from lightning.pytorch.cli import LightningCLI
+
+    return frozenset(name for base in (LightningCLI, LightningModule, LightningDataModule, Callback)
+                     for klass in base.__mro__ if klass.__module__.startswith("lightning")
+                     for name in vars(klass) if _private(name))
+
+
 # ----------------------------------------------------------------------------- reading the tree
 
 
@@ -253,9 +265,15 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def _touches_lightning_privately(node: ast.AST) -> bool:
-    """Whether ``node`` is ``<Lightning object>._name`` (or any ``x._trainer``), or getattr /
-    setattr / hasattr / delattr of such an attribute."""
+def _touches_lightning_privately(node: ast.AST, overridable: frozenset[str]) -> bool:
+    """Whether ``node`` is ``<Lightning object>._name`` (or any ``x._trainer``), getattr /
+    setattr / hasattr / delattr of such an attribute, ``super()._name``, or a method that
+    overrides one of ``overridable`` (Lightning's private names)."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return node.name in overridable
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"):
+        return _private(node.attr)
     if isinstance(node, ast.Attribute):
         obj, name = node.value, node.attr
     elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
@@ -273,13 +291,18 @@ def lightning_private_accesses(modules: dict[str, Module]) -> list[str]:
     attribute of a Lightning object: ``<object>._name`` where the object is named as one of
     :data:`LIGHTNING_OBJECTS` (``trainer.fit_loop._combined_loader = None``), ``getattr`` /
     ``setattr`` / ``hasattr`` / ``delattr`` of such an object with a private name, and the
-    attributes of :data:`LIGHTNING_PRIVATE` on anything (``self._trainer``)."""
+    attributes of :data:`LIGHTNING_PRIVATE` on anything (``self._trainer``); and a private
+    hook of a base class reached or replaced: ``super()._name``, or a method named as one of
+    :func:`lightning_private_methods` (``def _parse_ckpt_path``)."""
+    overridable = lightning_private_methods()
     found = []
     for m in modules.values():
         hits = [node for node in ast.walk(ast.parse(m.source))
-                if _touches_lightning_privately(node)]
+                if _touches_lightning_privately(node, overridable)]
         hits.sort(key=lambda node: (node.lineno, node.col_offset))
-        found += [f"{m.name}:{node.lineno} {ast.unparse(node)}" for node in hits]
+        found += [f"{m.name}:{node.lineno} "
+                  + (f"def {node.name}" if isinstance(node, ast.FunctionDef) else ast.unparse(node))
+                  for node in hits]
     return found
 
 
@@ -479,6 +502,11 @@ def test_the_lightning_check_finds_private_reads_and_writes_and_allows_the_publi
                      "    getattr(trainer, '_results', None)\n"
                      "    setattr(loop, '_restarting', True)\n"
                      "    return loop._data_fetcher\n"),
+        run__console=("class CLI(LightningCLI):\n"
+                      "    def _parse_ckpt_path(self):\n"  # a private hook replaced
+                      "        return super()._prepare_subcommand_parser\n"  # ... or reached
+                      "    def _apply(self, fn):\n"  # torch's, not Lightning's: allowed
+                      "        return super().parse_arguments\n"),  # public: allowed
         cli=("def f(trainer, self, cache):\n"  # public, or not Lightning's: allowed
              "    trainer.strategy.barrier('features')\n"
              "    cache._features = None\n"
@@ -494,6 +522,8 @@ def test_the_lightning_check_finds_private_reads_and_writes_and_allows_the_publi
         "vitbert.lit.frozen:2 getattr(trainer, '_results', None)",
         "vitbert.lit.frozen:3 setattr(loop, '_restarting', True)",
         "vitbert.lit.frozen:4 loop._data_fetcher",
+        "vitbert.run.console:2 def _parse_ckpt_path",
+        "vitbert.run.console:3 super()._prepare_subcommand_parser",
     ]
 
 

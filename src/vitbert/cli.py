@@ -162,13 +162,11 @@ class ProjectCLI(LightningCLI):
 
 
 class VitBertCLI(ProjectCLI):
-    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs):
-        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        if subcommand in ("validate", "test"):
-            # ValidationSummary prints the figures as a table of conditions × metrics instead
-            # of Lightning's one row per metric, sorted by name (--verbose true shows both).
-            parser.set_defaults(verbose=False)
-        return parser
+    def setup_parser(self, *args, **kwargs) -> None:
+        super().setup_parser(*args, **kwargs)
+        # ValidationSummary prints the figures as a table of conditions × metrics instead of
+        # Lightning's one row per metric, sorted by name (--verbose true shows both).
+        self.parser.set_defaults({"validate.verbose": False, "test.verbose": False})
 
     def add_arguments_to_parser(self, parser) -> None:
         super().add_arguments_to_parser(parser)
@@ -189,13 +187,18 @@ class VitBertCLI(ProjectCLI):
         parser.link_arguments("data.num_tokens", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.pad_token_id", "model.pad_token_id", apply_on="instantiate")
 
-    def _parse_ckpt_path(self) -> None:
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        self._take_checkpoint_settings()
+
+    def _take_checkpoint_settings(self) -> None:
         """A run with ``--ckpt_path`` gets the model settings stored in the checkpoint, over what
-        the command line and config said (LightningCLI's rule; the weights and, for ``fit``, the
-        optimizer state are the stored model's). For ``fit`` (a resume) a setting that silently
-        did nothing misleads: say which were replaced. A checkpoint whose settings this version
-        does not have (an older vitbert's) cannot be rebuilt as its run: say, in one line, how to
-        use its weights."""
+        the command line and config said (LightningCLI's rule, which it applies again after this
+        and then finds nothing to change; the weights and, for ``fit``, the optimizer state are
+        the stored model's). For ``fit`` (a resume) a setting that silently did nothing
+        misleads: say which were replaced. A checkpoint whose settings this version does not
+        have (an older vitbert's) cannot be rebuilt as its run: say, in one line, how to use its
+        weights, before LightningCLI fails on them with a traceback."""
         subcommand = self.config.get("subcommand")
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not path or not Path(path).is_file():
