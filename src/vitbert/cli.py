@@ -162,11 +162,12 @@ class ProjectCLI(LightningCLI):
 
 
 class VitBertCLI(ProjectCLI):
-    def setup_parser(self, *args, **kwargs) -> None:
-        super().setup_parser(*args, **kwargs)
-        # ValidationSummary prints the figures as a table of conditions × metrics instead of
-        # Lightning's one row per metric, sorted by name (--verbose true shows both).
-        self.parser.set_defaults({"validate.verbose": False, "test.verbose": False})
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict):
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if add_subcommands:
+            # ValidationSummary prints the figures as a table of conditions × metrics instead
+            # of Lightning's one row per metric, sorted by name (--verbose true shows both).
+            self.parser.set_defaults({"validate.verbose": False, "test.verbose": False})
 
     def add_arguments_to_parser(self, parser) -> None:
         super().add_arguments_to_parser(parser)
