@@ -116,11 +116,16 @@ def make_minilm(out: str | Path = DEFAULT_OUT) -> str:
            f"wrote {out}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_readme_commands.py parses the docs' commands with it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help="the folder to write (default: %(default)s)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         print(make_minilm(args.out))
     except WeightsError as error:
