@@ -115,22 +115,6 @@ def test_a_checkpoint_with_a_setting_this_version_has_not_stops_with_one_line(
     assert "freeze_image_tower_steps" in line and "--model.init_from" in line
 
 
-def test_resume_continues_step_count_and_schedule(trained, tmp_path, monkeypatch):
-    tmp, full = trained
-    monkeypatch.chdir(tmp_path)
-    half = fit(tmp, steps=8, run="half")
-    assert half.trainer.global_step == 8
-    resumed = fit(tmp, "--ckpt_path", str(tmp / "half" / "checkpoints" / "last.ckpt"),
-                  steps=16, run="half")
-    assert resumed.trainer.global_step == 16
-    # The schedule continued where it stopped: the same learning rate as the uninterrupted run.
-    lr_full = full.trainer.optimizers[0].param_groups[0]["lr"]
-    lr_resumed = resumed.trainer.optimizers[0].param_groups[0]["lr"]
-    assert lr_resumed == pytest.approx(lr_full)
-    a, b = validation_figures(full), validation_figures(resumed)
-    assert abs(a["val/loss"] - b["val/loss"]) < 0.15 * a["val/loss"]
-
-
 def test_resume_says_which_model_settings_it_ignores(trained, tmp_path, monkeypatch):
     """A resumed run trains the checkpoint's model (LightningCLI reads its settings back over the
     command line's): a flag that changed nothing is named, with the way to get what it asked."""
