@@ -201,3 +201,25 @@ def test_pretrained_file_in_the_config_is_loaded_by_initialize_not_the_construct
     assert "tower.pth" in report
     for key, value in source.state_dict().items():
         assert torch.equal(model.image_tower.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("rows", [0, 1, 63, 64, 65, 130])
+def test_the_mlm_head_pads_the_masked_rows_to_few_shapes_and_gives_each_row_its_own_logits(rows):
+    """A bf16 matmul on a CPU keeps buffers per shape: the vocabulary projection sees multiples
+    of 64 rows whatever M is, and each of the M rows gets what it gets alone (the padding is
+    sliced off, so a zero row cannot leak into a real one)."""
+    from vitbert.models.bert import MLMHead
+
+    torch.manual_seed(0)
+    head = MLMHead(dim=16, vocab_size=50).eval()
+    seen = []
+    head.decoder.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
+    h = torch.randn(rows, 16)
+    logits = head(h)
+    assert logits.shape == (rows, 50)
+    assert seen[-1] % 64 == 0 and seen[-1] - rows < 64
+    alone = [head.decoder(head.norm(head.act(head.dense(row[None])))) for row in h]
+    if rows:
+        torch.testing.assert_close(logits, torch.cat(alone), rtol=1e-5, atol=1e-6)
+    (B, T) = (2, 5)  # (B, T, D) is every word's row: left as it is
+    assert head(torch.randn(B, T, 16)).shape == (B, T, 50) and seen[-1] == B

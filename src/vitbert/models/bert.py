@@ -30,8 +30,7 @@ class TextEmbeddings(nn.Module):
     Image tokens take the modality row only, no text position: the words are numbered from 0
     whether or not an image precedes them, so a caption reads the same with the image blocked
     as with no image at all. With ``norm`` (BERT's layout) the sum is LayerNorm'd, image tokens
-    too: they join the sequence as tokens of the second segment.
-    """
+    too: they join the sequence as tokens of the second segment."""
 
     def __init__(self, vocab_size: int, dim: int, max_len: int, dropout: float = 0.0,
                  norm: bool = False, norm_eps: float = 1e-12) -> None:
@@ -44,10 +43,8 @@ class TextEmbeddings(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, input_ids: Tensor, start: int = 0) -> Tensor:
-        """(B, T) ids → (B, T) word-token embeddings (B, T, D), numbered from ``start``.
-
-        ``start`` > 0 embeds words that continue a caption already read (cached decoding).
-        """
+        """(B, T) ids → word embeddings (B, T, D), numbered from ``start`` (> 0: words that
+        continue a caption already read, in cached decoding)."""
         T = start + input_ids.shape[1]
         if T > self.position.num_embeddings:
             raise ValueError(f"{T} tokens exceed max_len={self.position.num_embeddings}")
@@ -75,7 +72,9 @@ class TextTower(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """dense D→D, GELU, LayerNorm, then the vocabulary projection with the tied matrix + a bias."""
+    """dense D→D, GELU, LayerNorm, then the vocabulary projection with the tied matrix + a bias.
+    The M masked rows go in padded to a multiple of 64: bf16 matmuls on a CPU (oneDNN) keep
+    buffers per shape, so a new M each step grew a fit's memory without bound (13 MB a step)."""
 
     def __init__(self, dim: int, vocab_size: int, norm_eps: float = 1e-6) -> None:
         super().__init__()
@@ -86,4 +85,7 @@ class MLMHead(nn.Module):
 
     def forward(self, h: Tensor) -> Tensor:
         """(…, D) hidden states → (…, V) logits; run it on the M masked rows only."""
-        return self.decoder(self.norm(self.act(self.dense(h))))
+        rows = h.shape[0] if h.dim() == 2 else 0
+        h = nn.functional.pad(h, (0, 0, 0, -rows % 64))  # (M, D) → (M', D), M' a multiple of 64
+        logits = self.decoder(self.norm(self.act(self.dense(h))))
+        return logits[:rows] if rows else logits

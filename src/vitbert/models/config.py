@@ -134,8 +134,7 @@ class NetworkExtension:
 
     Its settings are its constructor's plain arguments, kept as attributes of the same names, so
     a config names one as ``{"class_path": ..., "init_args": {...}}`` (YAML and checkpoints
-    alike) and the network is rebuilt from it.
-    """
+    alike) and the network is rebuilt from it."""
 
     def build(self, config: VitBertConfig) -> nn.Module:
         """The network for ``config`` (whose ``extension`` is this one)."""

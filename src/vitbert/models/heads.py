@@ -26,8 +26,7 @@ class WordDetectorHead(nn.Module):
     it (multiple-instance learning, as the word detectors of Fang et al. 2015, "From captions to
     visual concepts and back", and the global max pooling of Oquab et al. 2015), so one token that
     sees a triangle is enough, wherever it is. With one pooled image token the max is that token.
-    Trained by :func:`vitbert.lit.objectives.word_detection_loss`.
-    """
+    Trained by :func:`vitbert.lit.objectives.word_detection_loss`."""
 
     def __init__(self, dim: int, vocab_size: int) -> None:
         super().__init__()
