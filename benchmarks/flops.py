@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vitbert.models.bert import MLMHead
 from vitbert.models.config import VitBertConfig
 
 BACKWARD_FACTOR = 2  # backward = 2 × forward; a step = (1 + BACKWARD_FACTOR) × forward
@@ -130,7 +131,8 @@ def vitbert_step_flops(config: VitBertConfig, batch: int, text_len: int, targets
     if with_image and getattr(config.extension, "lookup_heads", 0):
         # The shapes network's reader, after the encoder: it projects the image tokens again.
         f.forward["lookup"] = lookup_flops(config, batch, text_len, n) + f.forward["projector"]
-    rows = batch * text_len if targets is None else targets
+    pad = MLMHead.ROW_MULTIPLE  # the head computes the masked rows padded to a multiple of this
+    rows = batch * text_len if targets is None else -(-targets // pad) * pad
     f.forward["mlm_head"] = linear_flops(rows, D, D) + linear_flops(rows, D, V)
     return f
 

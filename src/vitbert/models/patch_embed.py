@@ -2,8 +2,7 @@
 
 Every variant exposes ``grid_size`` (rows, cols of the token grid, N = rows × cols), so position
 schemes (learned tables, 2D RoPE, offset bias) can be built for it. The ViT takes one of these
-as its ``patch_embed``: the hybrid ViT is the same ViT with a different module injected.
-"""
+as its ``patch_embed``: the hybrid ViT is the same ViT with a different module injected."""
 
 from __future__ import annotations
 

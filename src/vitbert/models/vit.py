@@ -3,8 +3,7 @@
 The patch embedding is injected (:func:`build_image_tower` picks it from the config): a conv
 patchify (pure ViT), a ResNet front end (hybrid ViT: the same ViT, a different module), or the
 small conv stem for tiny images. Names follow timm (``patch_embed``, ``cls_token``,
-``pos_embed``), so pretrained timm weights map on by renaming (:mod:`vitbert.io.timm`).
-"""
+``pos_embed``), so pretrained timm weights map on by renaming (:mod:`vitbert.io.timm`)."""
 
 from __future__ import annotations
 
