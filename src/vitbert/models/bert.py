@@ -87,7 +87,7 @@ class MLMHead(nn.Module):
 
     def forward(self, h: Tensor) -> Tensor:
         """(…, D) hidden states → (…, V) logits; run it on the M masked rows only."""
-        rows = h.shape[0] if h.dim() == 2 else 0
-        h = nn.functional.pad(h, (0, 0, 0, -rows % self.ROW_MULTIPLE))  # (M, D) → (M', D)
+        rows, pad = h.shape[0], -h.shape[0] % self.ROW_MULTIPLE if h.dim() == 2 else 0
+        h = nn.functional.pad(h, (0, 0, 0, pad)) if pad else h  # (M, D) → (M', D); no copy
         logits = self.decoder(self.norm(self.act(self.dense(h))))
-        return logits[:rows] if rows else logits
+        return logits[:rows] if pad else logits
